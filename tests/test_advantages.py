@@ -259,8 +259,8 @@ def test_blend_always_scales_outcome():
 )
 def test_exponential_alpha_matches_spec_table(total, table):
     schedule = adv.AlphaSchedule(adv.AlphaScheduleKind.EXPONENTIAL, total_steps=total)
-    for t, expected in table.items():
-        assert schedule(t) == pytest.approx(expected, rel=0.06), t
+    for t, expected in table.items():  # the table gives two significant digits
+        assert f"{schedule(t):.2g}" == f"{expected:.2g}", t
     assert schedule(total) == pytest.approx(1e-3, rel=1e-9)
     assert schedule(10 * total) == 1e-3  # floored
     assert schedule(-1) == 0.0  # generator warm-up
