@@ -1,0 +1,468 @@
+r"""Tango's text formats: prompts, generator steps and answers, verifier outputs, format scores.
+
+TANGO_SPEC.md §3.1-3.3 and §4.1-4.2 define them. The generator writes
+
+    <think>
+    <step>...</step>            (K steps)
+    </think>
+    <answer>\boxed{...}</answer>
+
+and the verifier answers with
+
+    <step_verification>
+    <step>... \boxed{CORRECT}</step>         (one judgment per generator step)
+    </step_verification>
+    <final_verification>\boxed{INCORRECT}</final_verification>
+
+Neither model sees a chat template: the prompts are plain text.
+
+Every parser here scans with `str.find` rather than a backtracking regex over unbounded text, so
+any output, however long or malformed, parses in time linear in its length. (The official
+`<step>(.*?)</step>` regexes are quadratic on an unclosed tag repeated many times.) The matches are
+those of the official non-greedy regexes: a block is an opening tag and the first closing tag after
+it, and the next block is looked for after that closing tag.
+
+Two deliberate differences from the official code, both only visible on malformed output:
+  * tags are matched exactly as the prompts write them (lower case); the label inside `\boxed{}`
+    is case-insensitive, and `\box{}` is accepted for `\boxed{}`, as in the official code;
+  * a verifier step judgment belongs to one `<step>` block: a block that does not end with a boxed
+    label gives no judgment. (The official regex can let a judgment reach back across a closing
+    tag into an earlier block.) So the judgments are exactly the blocks that the format score
+    counts as valid.
+
+The prompts follow the structure of the official templates (`data_preprocess/system_prompt.py`)
+in our own words. One more difference: the official templates are Python strings with `\\\\boxed`,
+so the prompt the model sees says `\\boxed{}` (two backslashes); ours say `\boxed{}`, the LaTeX
+command that the answer parsers look for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+
+STEP_OPEN, STEP_CLOSE = "<step>", "</step>"
+ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
+STEP_VERIFICATION_OPEN, STEP_VERIFICATION_CLOSE = "<step_verification>", "</step_verification>"
+FINAL_VERIFICATION_OPEN, FINAL_VERIFICATION_CLOSE = "<final_verification>", "</final_verification>"
+
+# Format-score penalties (TANGO_SPEC §3.3, §4.2).
+MISSING_PENALTY = 0.8  # no boxed answer / no steps / no boxed verdict / step-count mismatch
+FEW_STEPS_PENALTY = 0.4  # fewer than MIN_STEPS generator steps
+MIN_STEPS = 3
+STRAY_TEXT_PENALTY = 0.4  # text inside <step_verification> but outside its <step> blocks
+# The verifier is penalised for a step-count mismatch only when the generator's own format score
+# reaches this value: a badly formatted solution has no reliable step count to match.
+GENERATOR_FORMAT_GATE = 0.6
+
+_GENERATOR_TEMPLATE = r"""You are a helpful Assistant who solves mathematical problems step by step.
+Your job is to write out the whole solution process inside specific tags.
+
+You MUST use exactly this format:
+1. Begin with a <think> section that holds your step-by-step reasoning.
+2. Inside <think>, put every separate logical step in its own <step> </step> tags.
+3. After </think>, give the final answer inside <answer> </answer> tags, written with \boxed{}.
+
+An example of the required format:
+
+User: Calculate 15 - (3 * 2).
+Assistant: <think>
+<step>Start inside the parentheses: 3 is multiplied by 2.</step>
+<step>3 * 2 gives 6.</step>
+<step>Then take this result away from 15, that is 15 minus 6.</step>
+<step>15 - 6 gives 9.</step>
+</think>
+<answer>\boxed{9}</answer>
+
+Keep strictly to this format.
+- Write ONLY content inside the <think>, <step> and <answer> tags.
+- Write NOTHING before the opening <think> tag or after the closing </answer> tag.
+- Every part of your step-by-step reasoning goes inside <step> </step> tags within <think> </think>.
+- Put the final answer inside <answer>\boxed{}</answer>; it is read automatically from \boxed{}.
+
+User: {question}
+Assistant:"""
+
+_VERIFIER_TEMPLATE = r"""You are a verification assistant who specializes in mathematical reasoning. Your job is to check the given solution carefully, one step at a time, for mathematical correctness and logical coherence. You will see the original problem and the Assistant's solution, which is split into a known number of steps inside <step> tags. You MUST check EVERY <step> block of the Assistant's solution and give your judgment in exactly the format described below. You MUST output ONLY the content inside the required verification tags, and nothing else.
+
+
+Below are the problem to verify and the Assistant's solution:
+
+Problem: {problem}
+Assistant's Solution:
+{solution}
+
+The Assistant's solution has {num_steps} steps inside <step> tags.
+
+Verify this solution step by step. For each of the {num_steps} <step> blocks of the Assistant's Solution, you MUST write ONE matching verification analysis inside a <step> tag in the <step_verification> section. Once every step is verified, give a final overall judgment inside the <final_verification> tag.
+
+You MUST use exactly this format:
+
+<step_verification>
+<step>Step 1 Analysis: Your detailed verification reasoning for this step. End with exactly one judgement: \boxed{CORRECT} or \boxed{INCORRECT}</step>
+<step>Step 2 Analysis: Your detailed verification reasoning for this step. End with exactly one judgement: \boxed{CORRECT} or \boxed{INCORRECT}</step>
+... [CONTINUE for ALL {num_steps} <step> blocks of the Assistant's Solution] ...
+</step_verification>
+
+<final_verification>\boxed{CORRECT} or \boxed{INCORRECT}</final_verification>
+
+An example:
+
+Problem: What is 5 * 3 + 1?
+Assistant's Solution:
+<think>
+<step>Multiply 5 by 3 first: 5 * 3 = 15.</step>
+<step>Then add 1 to that result: 15 + 1 = 16.</step>
+</think>
+<answer>\boxed{16}</answer>
+
+Your Verification:
+<step_verification>
+<step>Step 1 Analysis: 5 * 3 is computed correctly as 15, so this step is mathematically sound. \boxed{CORRECT}</step>
+<step>Step 2 Analysis: Adding 1 to the previous result 15 gives 16, which is right; the step follows logically and is accurate. \boxed{CORRECT}</step>
+</step_verification>
+<final_verification>\boxed{CORRECT}</final_verification>
+
+IMPORTANT INSTRUCTIONS (read them carefully):
+1. The Assistant's solution has {num_steps} steps. You MUST analyze and verify EACH ONE of them. Your <step_verification> section MUST contain exactly {num_steps} <step> tags.
+2. Analyze each step and give YOUR OWN verification reasoning; do NOT copy the text of the original solution.
+3. Every verification <step> must end with EXACTLY ONE judgement: \boxed{CORRECT} or \boxed{INCORRECT}.
+4. Your <final_verification> must judge whether the solution as a whole, and its final answer, are correct.
+5. Output ONLY the content inside the <step_verification> and <final_verification> tags. Output nothing else.
+
+Your Verification:
+"""  # noqa: E501  (the template's lines are its prompt's lines)
+
+_PLACEHOLDER = re.compile(r"\{(question|problem|solution|num_steps)\}")
+
+
+def _fill(template: str, **values: str) -> str:
+    """Substitutes `{name}` placeholders in one pass over the template.
+
+    User text is inserted verbatim and never scanned again, so a question that itself contains
+    `{solution}`, `{0}` or unbalanced braces comes through unchanged (str.format would choke on
+    it, and chained str.replace calls would substitute inside it).
+    """
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
+
+
+def render_generator_prompt(question: str, *, evaluation: bool = False) -> str:
+    """The generator prompt for `question`: instructions, a worked example, then
+    `User: {question}` and `Assistant:` on the next line (no trailing space or newline).
+
+    `evaluation=True` gives the variant used for the benchmarks: the same text with the word
+    "mathematical " deleted (the official evaluation sets do this, TANGO_SPEC §4.1).
+    """
+    template = (
+        _GENERATOR_TEMPLATE.replace("mathematical ", "") if evaluation else _GENERATOR_TEMPLATE
+    )
+    return _fill(template, question=question)
+
+
+def render_verifier_prompt(problem: str, solution: str) -> str:
+    """The verifier prompt for a generator `solution` (its decoded text, special tokens removed)
+    to `problem` (the clean question, without the generator template).
+
+    The prompt tells the verifier the step count K = len(split_steps(solution)); it ends with
+    `Your Verification:` and a newline. Truncating it to the verifier's prompt budget is the
+    caller's business (the official code right-truncates at 4096 tokens, TANGO_SPEC §10.10).
+    """
+    num_steps = str(len(split_steps(solution)))
+    return _fill(_VERIFIER_TEMPLATE, problem=problem, solution=solution, num_steps=num_steps)
+
+
+# --------------------------------------------------------------------------------------------
+# Scanning helpers.
+
+
+@dataclasses.dataclass(frozen=True)
+class _Block:
+    start: int  # index of the opening tag
+    content_start: int
+    content_end: int
+    end: int  # index just after the closing tag
+
+
+def _blocks(text: str, open_tag: str, close_tag: str, lo: int = 0, hi: int | None = None):
+    """The matches of the regex `open(.*?)close` (DOTALL) inside text[lo:hi], left to right.
+
+    Linear time: once an opening tag has no closing tag after it, no later one can have one.
+    """
+    hi = len(text) if hi is None else hi
+    pos = lo
+    while True:
+        start = text.find(open_tag, pos, hi)
+        if start < 0:
+            return
+        content_start = start + len(open_tag)
+        content_end = text.find(close_tag, content_start, hi)
+        if content_end < 0:
+            return
+        end = content_end + len(close_tag)
+        yield _Block(start, content_start, content_end, end)
+        pos = end
+
+
+def _first_block(text: str, open_tag: str, close_tag: str) -> _Block | None:
+    return next(_blocks(text, open_tag, close_tag), None)
+
+
+_BRACE = re.compile(r"[{}]")
+
+
+def last_boxed(text: str) -> str | None:
+    r"""The content of the last `\boxed{...}` in `text`, braces balanced; None if there is none.
+
+    Only the last `\boxed` counts: if it is not followed by `{` or its braces never close
+    (a truncated output), the result is None even when an earlier box is complete. This is the
+    rule of the reference answer extractor (`last_boxed_only_string` + `remove_boxed`).
+    """
+    idx = text.rfind("\\boxed")
+    brace = idx + len("\\boxed")
+    if idx < 0 or not text.startswith("{", brace):
+        return None
+    depth = 0
+    for m in _BRACE.finditer(text, brace):
+        depth += 1 if m.group() == "{" else -1
+        if depth == 0:
+            return text[brace + 1 : m.start()]
+    return None
+
+
+def _clip_score(score: float) -> float:
+    """Clips to [0, 1]; rounding hides float noise such as 1 - 0.8 = 0.19999999999999996."""
+    return round(min(1.0, max(0.0, score)), 6)
+
+
+# --------------------------------------------------------------------------------------------
+# Generator responses.
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One `<step>...</step>` span of a generator response.
+
+    text: what lies between the tags. start: index of the `<` of `<step>`. end: index just after the
+    `>` of `</step>` (exclusive), the character offset that step rewards are anchored to.
+    """
+
+    text: str
+    start: int
+    end: int
+
+
+def split_steps(response: str) -> list[Step]:
+    """The steps of a generator response: every `<step>...</step>` span, left to right.
+
+    The same spans as the official `re.finditer(r"<step>(.*?)</step>", DOTALL)`: empty steps
+    count, a `<step>` nested inside a step is part of its text, and an unclosed `<step>` is not a
+    step. Steps are found anywhere in the response, not only inside `<think>`.
+    """
+    return [
+        Step(response[b.content_start : b.content_end], b.start, b.end)
+        for b in _blocks(response, STEP_OPEN, STEP_CLOSE)
+    ]
+
+
+def extract_answer(response: str) -> str | None:
+    r"""The final answer of a generator response: the content of the last `\boxed{}` inside the
+    first `<answer>...</answer>` block, or, when there is no such block, the last `\boxed{}` of
+    the whole response. None when there is no complete box there.
+
+    For display and logs. The rewards do their own extraction (Math-Verify reads the whole
+    response; the OOD checks take the last box anywhere), as in the official code.
+    """
+    block = _first_block(response, ANSWER_OPEN, ANSWER_CLOSE)
+    region = response if block is None else response[block.content_start : block.content_end]
+    return last_boxed(region)
+
+
+def _is_boxed_answer(answer: str) -> bool:
+    r"""Whether `answer` is exactly `\boxed{...}`, not empty (the reference `remove_boxed`)."""
+    return len(answer) > len("\\boxed{}") and answer.startswith("\\boxed{") and answer.endswith("}")
+
+
+def generator_format_score(response: str) -> float:
+    r"""The generator format score in [0, 1] (TANGO_SPEC §4.2).
+
+    0 without an `<answer>...</answer>` block. Otherwise 1, minus 0.8 if the first answer block
+    (stripped) is not exactly `\boxed{...}`, minus 0.8 if there is no `<step>` block or 0.4 if
+    there are fewer than 3. Possible values: 1, 0.6, 0.2, 0.
+
+    Tango does not reward the generator with it (weight 0); it gates the verifier's step-count
+    penalty (GENERATOR_FORMAT_GATE) and goes to the logs.
+    """
+    block = _first_block(response, ANSWER_OPEN, ANSWER_CLOSE)
+    if block is None:
+        return 0.0
+    penalty = 0.0
+    if not _is_boxed_answer(response[block.content_start : block.content_end].strip()):
+        penalty += MISSING_PENALTY
+    num_steps = sum(1 for _ in _blocks(response, STEP_OPEN, STEP_CLOSE))
+    if num_steps == 0:
+        penalty += MISSING_PENALTY
+    elif num_steps < MIN_STEPS:
+        penalty += FEW_STEPS_PENALTY
+    return _clip_score(1.0 - penalty)
+
+
+def render_generator_response(steps: Sequence[str], answer: str) -> str:
+    r"""A generator response in the prompted format (`<think>`, one line per step, `</think>`,
+    `<answer>\boxed{answer}</answer>`): for synthetic SFT data and tests."""
+    lines = ["<think>", *(f"{STEP_OPEN}{s}{STEP_CLOSE}" for s in steps), "</think>"]
+    return "\n".join(lines) + f"\n{ANSWER_OPEN}\\boxed{{{answer}}}{ANSWER_CLOSE}"
+
+
+# --------------------------------------------------------------------------------------------
+# Verifier outputs.
+
+CORRECT, INCORRECT = 1, 0  # verdict values; step judgments are +1 / -1
+
+# A boxed label at the very end of a (right-stripped, one final period removed) block.
+_LABEL_AT_END = re.compile(r"\\box(?:ed)?\{(CORRECT|INCORRECT)\}\Z", re.IGNORECASE)
+# The official verdict pattern: nothing, not even a space, between the tag and the box.
+_VERDICT = re.compile(
+    r"<final_verification>\\(?i:box(?:ed)?)\{((?i:CORRECT|INCORRECT))\}\.?\s*</final_verification>"
+)
+_SKELETON_JOIN = re.compile(r"</step_verification>\s*<final_verification>")
+_LONGEST_LABEL = len("\\boxed{INCORRECT}")
+
+
+def _label_at_end(content: str) -> bool | None:
+    r"""True/False for a block ending in `\boxed{CORRECT}` / `\boxed{INCORRECT}` (optionally
+    followed by one period and whitespace: the official `\.?\s*$`), None for any other ending."""
+    tail = content.rstrip()
+    if tail.endswith("."):
+        tail = tail[:-1]
+    m = _LABEL_AT_END.search(tail[-_LONGEST_LABEL:])
+    return None if m is None else m.group(1).upper() == "CORRECT"
+
+
+@dataclasses.dataclass(frozen=True)
+class Verification:
+    """A parsed verifier output.
+
+    step_judgments: +1 (CORRECT) or -1 (INCORRECT) for each `<step>` block of the first
+        `<step_verification>` section whose content ends with a boxed label, in order.
+    verdict: CORRECT (1) or INCORRECT (0) from the first
+        `<final_verification>\\boxed{LABEL}</final_verification>` anywhere in the output, or None
+        when there is none (then the verifier reward is 0, TANGO_SPEC §3.2).
+    num_step_blocks: all `<step>` blocks in that section, judged or not (for logs).
+    """
+
+    step_judgments: tuple[int, ...]
+    verdict: int | None
+    num_step_blocks: int
+
+
+def parse_verification(text: str) -> Verification:
+    """Reads the step judgments and the final verdict of a verifier output (TANGO_SPEC §3.2).
+
+    Never raises: a missing section gives no judgments, a missing or malformed verdict gives
+    verdict None. A judgment must end its block: `\\boxed{CORRECT} because ...</step>` is not
+    one, so that block gives no judgment (and the count then differs from K: no step rewards).
+    """
+    judgments: list[int] = []
+    num_blocks = 0
+    section = _first_block(text, STEP_VERIFICATION_OPEN, STEP_VERIFICATION_CLOSE)
+    if section is not None:
+        for b in _blocks(text, STEP_OPEN, STEP_CLOSE, section.content_start, section.content_end):
+            num_blocks += 1
+            label = _label_at_end(text[b.content_start : b.content_end])
+            if label is not None:
+                judgments.append(1 if label else -1)
+    m = _VERDICT.search(text)
+    verdict = None if m is None else (CORRECT if m.group(1).upper() == "CORRECT" else INCORRECT)
+    return Verification(tuple(judgments), verdict, num_blocks)
+
+
+def _has_skeleton(text: str) -> bool:
+    """Whether stripped `text` matches the official
+    `^<step_verification>.*?</step_verification>\\s*<final_verification>.*?</final_verification>$`
+    (DOTALL), checked without backtracking: it starts and ends with the outer tags and has a
+    join after the opening tag. (A join's `<final_verification>` cannot overlap the closing
+    `</final_verification>`, so any join leaves room for it.)"""
+    if not (text.startswith(STEP_VERIFICATION_OPEN) and text.endswith(FINAL_VERIFICATION_CLOSE)):
+        return False
+    return _SKELETON_JOIN.search(text, len(STEP_VERIFICATION_OPEN)) is not None
+
+
+def verifier_format_score(
+    text: str, *, expected_steps: int | None, generator_format_score: float
+) -> float:
+    """The verifier format score in [0, 1] (TANGO_SPEC §3.3).
+
+    0 unless the stripped output is `<step_verification>...</step_verification>`, whitespace,
+    `<final_verification>...</final_verification>` and nothing else. Otherwise 1 minus:
+      0.8 if the final section does not end with a boxed CORRECT/INCORRECT;
+      0.8 if the step section has no `<step>` block; else, when `generator_format_score` >= 0.6
+          and `expected_steps` is given, 0.8 if the number of judged blocks != expected_steps;
+      0.4 if the step section has non-whitespace text outside its `<step>` blocks;
+    clipped to [0, 1].
+
+    expected_steps: K, the generator response's step count (None skips the count check).
+    generator_format_score: that response's `generator_format_score`, in [0, 1].
+    """
+    if expected_steps is not None and expected_steps < 0:
+        raise ValueError(f"expected_steps ({expected_steps}) must be >= 0 or None.")
+    if not 0.0 <= generator_format_score <= 1.0:
+        raise ValueError(
+            f"generator_format_score ({generator_format_score}) must be in [0, 1]; pass the value "
+            "of formats.generator_format_score for the verified response."
+        )
+    text = text.strip()
+    if not _has_skeleton(text):
+        return 0.0
+    steps = _first_block(text, STEP_VERIFICATION_OPEN, STEP_VERIFICATION_CLOSE)
+    final = _first_block(text, FINAL_VERIFICATION_OPEN, FINAL_VERIFICATION_CLOSE)
+    assert steps is not None and final is not None  # the skeleton guarantees both
+    penalty = 0.0
+    if _label_at_end(text[final.content_start : final.content_end].strip()) is None:
+        penalty += MISSING_PENALTY
+    blocks = list(_blocks(text, STEP_OPEN, STEP_CLOSE, steps.content_start, steps.content_end))
+    if not blocks:
+        penalty += MISSING_PENALTY
+    elif expected_steps is not None and generator_format_score >= GENERATOR_FORMAT_GATE - 1e-9:
+        judged = sum(
+            _label_at_end(text[b.content_start : b.content_end]) is not None for b in blocks
+        )
+        if judged != expected_steps:
+            penalty += MISSING_PENALTY
+    if _has_text_between(text, blocks, steps.content_start, steps.content_end):
+        penalty += STRAY_TEXT_PENALTY
+    return _clip_score(1.0 - penalty)
+
+
+def _has_text_between(text: str, blocks: list[_Block], lo: int, hi: int) -> bool:
+    """Whether text[lo:hi], with the blocks removed, has a non-whitespace character."""
+    edges = [lo, *(i for b in blocks for i in (b.start, b.end)), hi]
+    return any(a < b and not text[a:b].isspace() for a, b in zip(edges[::2], edges[1::2]))
+
+
+def render_verification(
+    step_judgments: Sequence[int], verdict: int, analyses: Sequence[str] | None = None
+) -> str:
+    """A verifier output in the prompted format: one `<step>` per judgment (+1 CORRECT,
+    -1 INCORRECT), each ending with its boxed label, then the boxed verdict (1 CORRECT,
+    0 INCORRECT). `analyses` gives the text before each label (default "Step i Analysis: ...").
+
+    For synthetic SFT data and tests: parse_verification(render_verification(j, v)) gives j, v.
+    """
+    if analyses is not None and len(analyses) != len(step_judgments):
+        raise ValueError(
+            f"analyses has {len(analyses)} entries but step_judgments has {len(step_judgments)}; "
+            "pass one analysis per judgment or None."
+        )
+    if any(j not in (1, -1) for j in step_judgments) or verdict not in (CORRECT, INCORRECT):
+        raise ValueError(
+            f"step_judgments {tuple(step_judgments)} must be +1/-1 and verdict ({verdict}) 1/0."
+        )
+    label = {1: "CORRECT", -1: "INCORRECT", 0: "INCORRECT"}
+    lines = [STEP_VERIFICATION_OPEN]
+    for i, j in enumerate(step_judgments):
+        analysis = f"Step {i + 1} Analysis: ..." if analyses is None else analyses[i]
+        lines.append(f"{STEP_OPEN}{analysis} \\boxed{{{label[j]}}}{STEP_CLOSE}")
+    lines.append(STEP_VERIFICATION_CLOSE)
+    lines.append(f"{FINAL_VERIFICATION_OPEN}\\boxed{{{label[verdict]}}}{FINAL_VERIFICATION_CLOSE}")
+    return "\n".join(lines)
