@@ -97,10 +97,8 @@ class Sampler(Protocol):
 
     weight_version: int
 
-    def generate(
-        self, prompts: Sequence[Prompt], params: SamplingParams
-    ) -> list[list[Completion]]:
-        """Returns `params.n` completions for each prompt: `result[i][j]` is sample j of prompt i."""
+    def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
+        """`params.n` completions per prompt: `result[i][j]` is sample j of prompt i."""
         ...
 
     def update_weights(self, params: Any, version: int) -> dict[str, float]:

@@ -1,0 +1,238 @@
+"""Model configuration: one frozen dataclass for the Qwen2/Qwen2.5 and Llama 3/3.1 families.
+
+Built either from a Hugging Face `config.json` (`ModelConfig.from_hf_dict`) or from a named
+preset (`presets.get`). Written back as a `config.json` that `transformers` and vLLM read
+(`to_hf_dict`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+import jax.numpy as jnp
+
+
+class Family(enum.Enum):
+    QWEN2 = "qwen2"  # Qwen2, Qwen2.5, Qwen2.5-Math: q/k/v bias, usually tied embeddings when small
+    LLAMA = "llama"  # Llama 3 / 3.1: no biases, optional `llama3` rope scaling
+
+
+_ARCHITECTURES = {Family.QWEN2: "Qwen2ForCausalLM", Family.LLAMA: "LlamaForCausalLM"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Llama3RopeScaling:
+    """Llama 3.1's frequency-dependent rope scaling (HF `rope_type: llama3`)."""
+
+    factor: float = 8.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+
+
+_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+
+def dtype_from_name(name: str | Any) -> Any:
+    if not isinstance(name, str):
+        return jnp.dtype(name)
+    if name not in _DTYPES:
+        raise ValueError(f"dtype '{name}' is not supported; use one of {sorted(_DTYPES)}.")
+    return _DTYPES[name]
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Architecture plus numerics of a decoder-only transformer.
+
+    Shape letters used across tango_jax/models: D embed_dim, F mlp_dim, N num_heads,
+    K num_kv_heads, H head_dim, V vocab_size, L num_layers.
+
+    dtype: computation dtype of activations (bf16 on accelerators); param_dtype: storage dtype
+    of parameters (f32 master weights with bf16 compute is the usual training setting).
+    remat: rematerialise each decoder layer in the backward pass (saves activation memory).
+    """
+
+    family: Family
+    vocab_size: int
+    num_layers: int
+    embed_dim: int
+    mlp_dim: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rope_theta: float = 10_000.0
+    rope_scaling: Llama3RopeScaling | None = None
+    rms_norm_eps: float = 1e-6
+    tie_word_embeddings: bool = False
+    qkv_bias: bool = False
+    max_position_embeddings: int = 32768
+    bos_token_id: int | None = None
+    eos_token_id: int | tuple[int, ...] | None = None
+    pad_token_id: int | None = None
+    dtype: Any = jnp.float32
+    param_dtype: Any = jnp.float32
+    remat: bool = False
+
+    def __post_init__(self):
+        for name in (
+            "vocab_size",
+            "num_layers",
+            "embed_dim",
+            "mlp_dim",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"ModelConfig.{name} ({value!r}) must be a positive integer.")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"ModelConfig.num_heads ({self.num_heads}) must be a multiple of num_kv_heads "
+                f"({self.num_kv_heads}) for grouped-query attention."
+            )
+        if self.head_dim % 2:
+            raise ValueError(f"ModelConfig.head_dim ({self.head_dim}) must be even for rope.")
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        if self.eos_token_id is None:
+            return ()
+        if isinstance(self.eos_token_id, int):
+            return (self.eos_token_id,)
+        return tuple(self.eos_token_id)
+
+    def replace(self, **changes) -> ModelConfig:
+        return dataclasses.replace(self, **changes)
+
+    def num_params(self) -> int:
+        """Parameter count, as Hugging Face counts it (tied embeddings counted once)."""
+        d, f, n, k, h = (
+            self.embed_dim,
+            self.mlp_dim,
+            self.num_heads,
+            self.num_kv_heads,
+            self.head_dim,
+        )
+        attn = d * n * h + 2 * d * k * h + n * h * d
+        if self.qkv_bias:
+            attn += n * h + 2 * k * h
+        layer = attn + 3 * d * f + 2 * d
+        embed = self.vocab_size * d * (1 if self.tie_word_embeddings else 2)
+        return self.num_layers * layer + embed + d
+
+    # --- Hugging Face config.json ------------------------------------------------------------
+
+    @classmethod
+    def from_hf_dict(
+        cls, hf: dict[str, Any], *, source: str = "config.json", **overrides
+    ) -> ModelConfig:
+        """Reads a transformers `config.json` dict (old `rope_theta/rope_scaling` or v5
+        `rope_parameters` style). `overrides` set numerics such as dtype, param_dtype, remat."""
+        model_type = hf.get("model_type")
+        try:
+            family = Family(model_type)
+        except ValueError:
+            raise ValueError(
+                f"{source}: model_type '{model_type}' (architectures {hf.get('architectures')}) "
+                f"is not supported; tango_jax supports {[f.value for f in Family]} "
+                "(Qwen2/Qwen2.5/Qwen2.5-Math and Llama 3/3.1)."
+            ) from None
+        if hf.get("hidden_act", "silu") != "silu":
+            raise ValueError(
+                f"{source}: hidden_act '{hf['hidden_act']}' is not supported (silu only)."
+            )
+        if hf.get("use_sliding_window", False):
+            raise ValueError(
+                f"{source}: use_sliding_window=true is not supported; the Qwen2.5 models used by "
+                "Tango have it off. Set it to false if the window exceeds your sequence lengths."
+            )
+        if family is Family.LLAMA and (hf.get("attention_bias") or hf.get("mlp_bias")):
+            raise ValueError(f"{source}: Llama attention_bias/mlp_bias=true is not supported.")
+
+        rope = dict(hf.get("rope_parameters") or {})
+        legacy_scaling = hf.get("rope_scaling")
+        if legacy_scaling:
+            rope.update(legacy_scaling)
+        rope_theta = float(rope.get("rope_theta", hf.get("rope_theta", 10_000.0)))
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        if rope_type == "default":
+            scaling = None
+        elif rope_type == "llama3":
+            scaling = Llama3RopeScaling(
+                factor=float(rope["factor"]),
+                low_freq_factor=float(rope["low_freq_factor"]),
+                high_freq_factor=float(rope["high_freq_factor"]),
+                original_max_position_embeddings=int(rope["original_max_position_embeddings"]),
+            )
+        else:
+            raise ValueError(
+                f"{source}: rope type '{rope_type}' is not supported (default and llama3 are)."
+            )
+        num_heads = int(hf["num_attention_heads"])
+        embed_dim = int(hf["hidden_size"])
+        eos = hf.get("eos_token_id")
+        if isinstance(eos, list):
+            eos = tuple(eos)
+        return cls(
+            family=family,
+            vocab_size=int(hf["vocab_size"]),
+            num_layers=int(hf["num_hidden_layers"]),
+            embed_dim=embed_dim,
+            mlp_dim=int(hf["intermediate_size"]),
+            num_heads=num_heads,
+            num_kv_heads=int(hf.get("num_key_value_heads") or num_heads),
+            head_dim=int(hf.get("head_dim") or embed_dim // num_heads),
+            rope_theta=rope_theta,
+            rope_scaling=scaling,
+            rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+            tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
+            qkv_bias=family is Family.QWEN2,
+            max_position_embeddings=int(hf.get("max_position_embeddings", 32768)),
+            bos_token_id=hf.get("bos_token_id"),
+            eos_token_id=eos,
+            pad_token_id=hf.get("pad_token_id"),
+            **overrides,
+        )
+
+    def to_hf_dict(self, *, torch_dtype: str = "float32") -> dict[str, Any]:
+        """A `config.json` dict that transformers 5.x and vLLM load."""
+        rope: dict[str, Any] = {"rope_theta": self.rope_theta, "rope_type": "default"}
+        if self.rope_scaling is not None:
+            rope.update(dataclasses.asdict(self.rope_scaling), rope_type="llama3")
+        eos = list(self.eos_token_id) if isinstance(self.eos_token_id, tuple) else self.eos_token_id
+        hf: dict[str, Any] = {
+            "architectures": [_ARCHITECTURES[self.family]],
+            "model_type": self.family.value,
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.embed_dim,
+            "intermediate_size": self.mlp_dim,
+            "num_hidden_layers": self.num_layers,
+            "num_attention_heads": self.num_heads,
+            "num_key_value_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
+            "hidden_act": "silu",
+            "max_position_embeddings": self.max_position_embeddings,
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_parameters": rope,
+            # Also in the pre-v5 spelling, for readers (older vLLM/transformers) that want it.
+            "rope_theta": self.rope_theta,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "bos_token_id": self.bos_token_id,
+            "eos_token_id": eos,
+            "pad_token_id": self.pad_token_id,
+            "torch_dtype": torch_dtype,
+            "use_cache": True,
+        }
+        if self.rope_scaling is not None:
+            hf["rope_scaling"] = dict(rope)
+        if self.family is Family.QWEN2:
+            hf.update(
+                use_sliding_window=False, sliding_window=None, max_window_layers=self.num_layers
+            )
+        else:
+            hf.update(attention_bias=False, mlp_bias=False)
+        return hf

@@ -1,0 +1,339 @@
+"""Decoder-only transformer (Qwen2 / Qwen2.5 and Llama 3 / 3.1) in Flax NNX, with a KV cache.
+
+Shape legend: B batch, T query length, S key length (cache slots), D embed_dim, F mlp_dim,
+N query heads, K key/value heads, G = N // K query heads per KV head, H head_dim, V vocab,
+L layers.
+
+Numerics follow `transformers` (the reference the tests compare against): RMSNorm in float32
+then cast back before the weight; rotate-half rope with cos/sin computed in float32; softmax
+in float32. Parameters are stored in `param_dtype` and cast to `dtype` for compute.
+
+Attention masks. Every call works on "slots": in the plain forward the T tokens occupy slots
+0..T-1; with a cache they are written at slots `index .. index+T-1` of a buffer of S slots.
+Query slot q may attend key slot s iff `s <= q` and slot s holds a real token (`valid`).
+Padding (left or right) is just invalid slots, and positions are counted over valid tokens
+only, so left- and right-padded prompts give the same logits for their real tokens.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from tango_jax.models.config import ModelConfig
+from tango_jax.parallel.mesh import constrain
+
+_INIT = nnx.initializers.normal(stddev=0.02)
+
+
+def _param(rngs: nnx.Rngs, shape, logical, dtype, init=_INIT) -> nnx.Param:
+    """A parameter annotated with logical axis names (resolved by tango_jax.parallel.mesh)."""
+    return nnx.Param(init(rngs.params(), shape, dtype), out_sharding=logical)
+
+
+# --- rope --------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=32)
+def rope_inv_freq(config: ModelConfig) -> np.ndarray:
+    """Inverse frequencies [H/2] in float32, with Llama 3.1 scaling when configured."""
+    h = config.head_dim
+    inv_freq = 1.0 / (config.rope_theta ** (np.arange(0, h, 2, dtype=np.float64) / h))
+    s = config.rope_scaling
+    if s is not None:
+        low_wavelen = s.original_max_position_embeddings / s.low_freq_factor
+        high_wavelen = s.original_max_position_embeddings / s.high_freq_factor
+        wavelen = 2 * math.pi / inv_freq
+        scaled = np.where(wavelen > low_wavelen, inv_freq / s.factor, inv_freq)
+        smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) / (
+            s.high_freq_factor - s.low_freq_factor
+        )
+        smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled
+        medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+        inv_freq = np.where(medium, smoothed, scaled)
+    return inv_freq.astype(np.float32)
+
+
+def apply_rope(x_BxTxNxH: jax.Array, positions_BxT: jax.Array, inv_freq: np.ndarray) -> jax.Array:
+    freqs = positions_BxT[..., None].astype(jnp.float32) * inv_freq  # [B, T, H/2]
+    emb = jnp.concatenate([freqs, freqs], axis=-1)[:, :, None, :]  # [B, T, 1, H]
+    cos, sin = jnp.cos(emb).astype(x_BxTxNxH.dtype), jnp.sin(emb).astype(x_BxTxNxH.dtype)
+    x1, x2 = jnp.split(x_BxTxNxH, 2, axis=-1)
+    rotated = jnp.concatenate([-x2, x1], axis=-1)
+    return x_BxTxNxH * cos + rotated * sin
+
+
+# --- KV cache ----------------------------------------------------------------------------------
+
+
+class KVCache(NamedTuple):
+    """Per-layer key/value buffers plus slot bookkeeping (a pytree; donate it to jitted steps).
+
+    k, v: L arrays [B, S, K, H]. valid: [B, S] which slots hold real tokens. lengths: [B]
+    number of real tokens so far (the next token's position). index: [] next slot to write.
+    """
+
+    k: tuple[jax.Array, ...]
+    v: tuple[jax.Array, ...]
+    valid: jax.Array
+    lengths: jax.Array
+    index: jax.Array
+
+    @classmethod
+    def init(cls, config: ModelConfig, batch: int, length: int, dtype=None) -> KVCache:
+        dtype = dtype or config.dtype
+        shape = (batch, length, config.num_kv_heads, config.head_dim)
+        return cls(
+            k=tuple(jnp.zeros(shape, dtype) for _ in range(config.num_layers)),
+            v=tuple(jnp.zeros(shape, dtype) for _ in range(config.num_layers)),
+            valid=jnp.zeros((batch, length), bool),
+            lengths=jnp.zeros((batch,), jnp.int32),
+            index=jnp.zeros((), jnp.int32),
+        )
+
+    @property
+    def size(self) -> int:
+        return self.valid.shape[1]
+
+
+class Frame(NamedTuple):
+    """What every layer needs to know about the current call (computed once per call)."""
+
+    positions: jax.Array  # [B, T] rope positions
+    mask: jax.Array  # [B, T, S] query t may attend key slot s
+    index: jax.Array | None  # [] slot of the first query token (None: no cache)
+
+    @classmethod
+    def full_sequence(cls, valid_BxT: jax.Array, positions_BxT: jax.Array | None = None) -> Frame:
+        """Frame of a plain forward: T tokens in slots 0..T-1, causal, padding masked.
+
+        Positions default to the count of real tokens before each token, so left padding
+        does not shift positions.
+        """
+        valid = valid_BxT.astype(bool)
+        if positions_BxT is None:
+            positions_BxT = jnp.maximum(jnp.cumsum(valid, axis=1) - 1, 0)
+        slots = jnp.arange(valid.shape[1])
+        mask = valid[:, None, :] & (slots[None, None, :] <= slots[None, :, None])  # [B, T, S=T]
+        return cls(positions_BxT, mask, None)
+
+
+# --- modules -----------------------------------------------------------------------------------
+
+
+class RMSNorm(nnx.Module):
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        self.eps = config.rms_norm_eps
+        self.scale = _param(
+            rngs, (config.embed_dim,), ("norm",), config.param_dtype, nnx.initializers.ones
+        )
+
+    def __call__(self, x_BxTxD: jax.Array) -> jax.Array:
+        x = x_BxTxD.astype(jnp.float32)
+        x = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + self.eps)
+        return self.scale[...].astype(x_BxTxD.dtype) * x.astype(x_BxTxD.dtype)
+
+
+class Attention(nnx.Module):
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        c, pd = config, config.param_dtype
+        self.config = config
+        self.q = _param(
+            rngs, (c.embed_dim, c.num_heads, c.head_dim), ("embed", "q_heads", "head_dim"), pd
+        )
+        self.k = _param(
+            rngs, (c.embed_dim, c.num_kv_heads, c.head_dim), ("embed", "kv_heads", "head_dim"), pd
+        )
+        self.v = _param(
+            rngs, (c.embed_dim, c.num_kv_heads, c.head_dim), ("embed", "kv_heads", "head_dim"), pd
+        )
+        self.o = _param(
+            rngs, (c.num_heads, c.head_dim, c.embed_dim), ("q_heads", "head_dim", "embed"), pd
+        )
+        if c.qkv_bias:
+            zeros = nnx.initializers.zeros
+            self.q_bias = _param(
+                rngs, (c.num_heads, c.head_dim), ("q_heads", "head_dim"), pd, zeros
+            )
+            self.k_bias = _param(
+                rngs, (c.num_kv_heads, c.head_dim), ("kv_heads", "head_dim"), pd, zeros
+            )
+            self.v_bias = _param(
+                rngs, (c.num_kv_heads, c.head_dim), ("kv_heads", "head_dim"), pd, zeros
+            )
+
+    def _project(self, x, w, bias_name):
+        out = jnp.einsum("BTD,DNH->BTNH", x, w[...].astype(x.dtype))
+        if self.config.qkv_bias:
+            out = out + getattr(self, bias_name)[...].astype(x.dtype)
+        return out
+
+    def __call__(self, x_BxTxD, frame: Frame, kv: tuple[jax.Array, jax.Array] | None):
+        c = self.config
+        inv_freq = rope_inv_freq(c)
+        q = apply_rope(self._project(x_BxTxD, self.q, "q_bias"), frame.positions, inv_freq)
+        k = apply_rope(self._project(x_BxTxD, self.k, "k_bias"), frame.positions, inv_freq)
+        v = self._project(x_BxTxD, self.v, "v_bias")
+        q = constrain(q, ("batch", "act_len", "act_heads", None))
+        if kv is not None:  # write the new keys/values into their slots, attend over all slots
+            k_cache = jax.lax.dynamic_update_slice(
+                kv[0], k.astype(kv[0].dtype), (0, frame.index, 0, 0)
+            )
+            v_cache = jax.lax.dynamic_update_slice(
+                kv[1], v.astype(kv[1].dtype), (0, frame.index, 0, 0)
+            )
+            k, v, kv = k_cache.astype(q.dtype), v_cache.astype(q.dtype), (k_cache, v_cache)
+        b, t, n, h = q.shape
+        g = n // c.num_kv_heads
+        q = q.reshape(b, t, c.num_kv_heads, g, h)  # [B, T, K, G, H]
+        scores = jnp.einsum("BTKGH,BSKH->BKGTS", q, k, preferred_element_type=jnp.float32)
+        scores = scores / math.sqrt(h)
+        scores = jnp.where(frame.mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
+        probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
+        out = jnp.einsum("BKGTS,BSKH->BTKGH", probs, v).reshape(b, t, n, h)
+        out = jnp.einsum("BTNH,NHD->BTD", out, self.o[...].astype(out.dtype))
+        return out, kv
+
+
+class MLP(nnx.Module):
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        d, f, pd = config.embed_dim, config.mlp_dim, config.param_dtype
+        self.gate = _param(rngs, (d, f), ("embed", "mlp"), pd)
+        self.up = _param(rngs, (d, f), ("embed", "mlp"), pd)
+        self.down = _param(rngs, (f, d), ("mlp", "embed"), pd)
+
+    def __call__(self, x_BxTxD):
+        dt = x_BxTxD.dtype
+        gate = jnp.einsum("BTD,DF->BTF", x_BxTxD, self.gate[...].astype(dt))
+        up = jnp.einsum("BTD,DF->BTF", x_BxTxD, self.up[...].astype(dt))
+        hidden = constrain(jax.nn.silu(gate) * up, ("batch", "act_len", "act_mlp"))
+        return jnp.einsum("BTF,FD->BTD", hidden, self.down[...].astype(dt))
+
+
+class DecoderLayer(nnx.Module):
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        self.input_norm = RMSNorm(config, rngs=rngs)
+        self.attention = Attention(config, rngs=rngs)
+        self.post_attention_norm = RMSNorm(config, rngs=rngs)
+        self.mlp = MLP(config, rngs=rngs)
+
+    def __call__(self, x_BxTxD, frame: Frame, kv=None):
+        attn, kv = self.attention(self.input_norm(x_BxTxD), frame, kv)
+        x = x_BxTxD + attn
+        x = x + self.mlp(self.post_attention_norm(x))
+        return constrain(x, ("batch", "act_len", "act_embed")), kv
+
+
+def _run_layer(layer: DecoderLayer, x, frame, kv):
+    return layer(x, frame, kv)
+
+
+_run_layer_remat = nnx.remat(_run_layer)
+
+
+class Transformer(nnx.Module):
+    """The whole model. `model(tokens)` gives logits; `forward_with_cache` drives decoding."""
+
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        # Parameters carry logical axis names only; tango_jax.models.sharding places them on a
+        # mesh explicitly, so construction never needs an ambient mesh.
+        with nnx.use_eager_sharding(False):
+            self.config = config
+            self.embed = _param(
+                rngs, (config.vocab_size, config.embed_dim), ("vocab", "embed"), config.param_dtype
+            )
+            self.layers = nnx.List(
+                [DecoderLayer(config, rngs=rngs) for _ in range(config.num_layers)]
+            )
+            self.final_norm = RMSNorm(config, rngs=rngs)
+            if not config.tie_word_embeddings:
+                self.lm_head = _param(
+                    rngs,
+                    (config.embed_dim, config.vocab_size),
+                    ("embed", "vocab"),
+                    config.param_dtype,
+                )
+
+    # -- pieces shared by the plain and the cached forward --
+
+    def embed_tokens(self, tokens_BxT) -> jax.Array:
+        return jnp.take(self.embed[...], tokens_BxT, axis=0).astype(self.config.dtype)
+
+    def _trunk(self, x_BxTxD, frame: Frame, cache: KVCache | None):
+        x = constrain(x_BxTxD, ("batch", "act_len", "act_embed"))
+        run = _run_layer_remat if self.config.remat else _run_layer
+        new_k, new_v = [], []
+        for i, layer in enumerate(self.layers):
+            kv = None if cache is None else (cache.k[i], cache.v[i])
+            x, kv = run(layer, x, frame, kv)
+            if kv is not None:
+                new_k.append(kv[0])
+                new_v.append(kv[1])
+        return self.final_norm(x), (tuple(new_k), tuple(new_v))
+
+    def lm_head_weight(self) -> jax.Array:
+        """The output projection [D, V] in compute dtype (the embedding, transposed, if tied)."""
+        w = self.embed[...].T if self.config.tie_word_embeddings else self.lm_head[...]
+        return w.astype(self.config.dtype)
+
+    def logits_from_hidden(self, h_BxTxD: jax.Array) -> jax.Array:
+        """Logits [B, T, V] in float32 from final hidden states."""
+        logits = jnp.einsum(
+            "BTD,DV->BTV", h_BxTxD, self.lm_head_weight(), preferred_element_type=jnp.float32
+        )
+        return constrain(logits, ("batch", "act_len", "act_vocab"))
+
+    # -- public API --
+
+    def hidden_states(
+        self, tokens_BxT, positions_BxT=None, attention_mask_BxT=None, *, embeddings_BxTxD=None
+    ) -> jax.Array:
+        """Final (normed) hidden states [B, T, D] of a full sequence, no cache.
+
+        attention_mask_BxT marks real tokens (True) vs padding; positions default to the count
+        of real tokens before each token, so left padding does not shift positions.
+        `embeddings_BxTxD`, if given, replaces the token embeddings (tokens_BxT may be None).
+        """
+        x = self.embed_tokens(tokens_BxT) if embeddings_BxTxD is None else embeddings_BxTxD
+        valid = jnp.ones(x.shape[:2], bool) if attention_mask_BxT is None else attention_mask_BxT
+        h, _ = self._trunk(x, Frame.full_sequence(valid, positions_BxT), None)
+        return h
+
+    def __call__(self, tokens_BxT, positions_BxT=None, attention_mask_BxT=None) -> jax.Array:
+        """Logits [B, T, V] (float32) for token ids [B, T]."""
+        return self.logits_from_hidden(
+            self.hidden_states(tokens_BxT, positions_BxT, attention_mask_BxT)
+        )
+
+    def forward_with_cache(self, tokens_BxT, cache: KVCache, token_valid_BxT=None):
+        """Runs T new tokens per row through the model, appending them to `cache`.
+
+        Prefill: a fresh cache and the (left- or right-) padded prompts, with `token_valid`
+        marking real tokens. Decode: T = 1 per call. Returns (logits [B, T, V] f32, new cache).
+        """
+        b, t = tokens_BxT.shape
+        new_valid = (
+            jnp.ones((b, t), bool) if token_valid_BxT is None else token_valid_BxT.astype(bool)
+        )
+        positions = cache.lengths[:, None] + jnp.maximum(jnp.cumsum(new_valid, axis=1) - 1, 0)
+        valid = jax.lax.dynamic_update_slice(cache.valid, new_valid, (0, cache.index))
+        q_slots = cache.index + jnp.arange(t)
+        k_slots = jnp.arange(cache.size)
+        mask = valid[:, None, :] & (k_slots[None, None, :] <= q_slots[None, :, None])  # [B, T, S]
+        h, (k, v) = self._trunk(
+            self.embed_tokens(tokens_BxT), Frame(positions, mask, cache.index), cache
+        )
+        new_cache = KVCache(
+            k=k,
+            v=v,
+            valid=valid,
+            lengths=cache.lengths + new_valid.sum(axis=1, dtype=jnp.int32),
+            index=cache.index + t,
+        )
+        return self.logits_from_hidden(h), new_cache

@@ -1,0 +1,21 @@
+"""Test session setup.
+
+Every test process sees 8 simulated CPU devices, so sharding tests run in the same session as
+everything else; single-device tests pick one device explicitly. The flag must be set before
+JAX initialises its backend, hence here, at conftest import.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+sys.path.insert(0, str(Path(__file__).parent))  # tests/hf_fixtures.py and friends
+
+import jax
+
+jax.config.update("jax_default_matmul_precision", "highest")
