@@ -66,7 +66,7 @@ class OptimizerConfig:
     def learning_rate_fn(self) -> optax.Schedule:
         if self.schedule is LRSchedule.CONSTANT:
             return optax.constant_schedule(self.learning_rate)
-        warmup = int(round(self.warmup_ratio * self.total_steps))
+        warmup = round(self.warmup_ratio * self.total_steps)
         return optax.warmup_cosine_decay_schedule(
             init_value=0.0,
             peak_value=self.learning_rate,
