@@ -1,0 +1,314 @@
+"""OutcomeScorer: answer checks for a batch in worker processes, each item under a hard limit.
+
+`answer_check.score_item` limits an item with SIGALRM, which interrupts Python code but not a
+long C call (sympy, big-integer arithmetic). So training and evaluation score batches here: a pool
+of worker processes, each started as a fresh interpreter (never forked from the JAX process),
+scores one item at a time under the alarm on its main thread, and a worker that has not answered
+`grace_s` after its item's limit is killed and replaced. A timed-out or failing item scores 0 and
+is counted; nothing blocks the run.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from multiprocessing.connection import Connection, wait
+
+import numpy as np
+
+from tango_jax.tango.answer_check import (
+    DEFAULT_TIMEOUT_S,
+    ItemStatus,
+    RewardKind,
+    check_timeout,
+    score_item,
+)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ScoredBatch:
+    """Scores of one `OutcomeScorer.score` call.
+
+    scores: [N] float32 in {0, 1}. timed_out, errored: [N] bool; such items scored 0.
+    seconds: wall time of the call.
+    """
+
+    scores: np.ndarray
+    timed_out: np.ndarray
+    errored: np.ndarray
+    seconds: float
+
+    @property
+    def timeouts(self) -> int:
+        return int(self.timed_out.sum())
+
+    @property
+    def errors(self) -> int:
+        return int(self.errored.sum())
+
+    def metrics(self, prefix: str) -> dict[str, float]:
+        """E.g. prefix "generator/outcome": mean, timeouts, errors, seconds."""
+        mean = float(self.scores.mean()) if len(self.scores) else 0.0
+        return {
+            f"{prefix}/mean": mean,
+            f"{prefix}/timeouts": float(self.timeouts),
+            f"{prefix}/errors": float(self.errors),
+            f"{prefix}/seconds": self.seconds,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class ScorerStats:
+    """Totals over a scorer's life: items scored, timeouts, errors, workers restarted."""
+
+    items: int
+    timeouts: int
+    errors: int
+    restarts: int
+
+
+def _serve(fd: int) -> None:
+    """A worker's loop: receive (index, kind, response, gold, timeout_s) on socket `fd`, send back
+    (index, score, status); a None message or a closed socket ends it. Runs in a fresh
+    interpreter started by OutcomeScorer, on its main thread, so the alarm works."""
+    conn = Connection(fd)
+    for kind in RewardKind:  # import everything and warm the caches before saying ready
+        score_item(kind, "\\boxed{1}", "1", None)
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message is None:
+            return
+        index, kind, response, gold, timeout_s = message
+        score, status = score_item(RewardKind(kind), response, gold, timeout_s)
+        conn.send((index, score, status.value))
+
+
+_MAX_FAILED_STARTS = 3  # workers that die before ready, in a row, before score() gives up
+
+
+@dataclasses.dataclass
+class _Worker:
+    proc: subprocess.Popen
+    conn: Connection
+    started: float
+    ready: bool = False
+    item: int | None = None
+    deadline: float = 0.0
+
+
+def _start_worker() -> _Worker:
+    """Starts `python -c "..._serve(fd)"` with one end of a socket pair. A fresh interpreter
+    (fork+exec in C, safe beside JAX's threads) imports only this module, not the caller's
+    __main__ as multiprocessing's spawn would (for `python -m tango_jax.train`: all of JAX)."""
+    parent, child = socket.socketpair()
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    code = f"from tango_jax.tango.scoring_pool import _serve; _serve({child.fileno()})"
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code],
+            pass_fds=(child.fileno(),),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            env=env,
+        )
+    finally:
+        child.close()
+    return _Worker(proc, Connection(parent.detach()), time.monotonic())
+
+
+def _stop_worker(worker: _Worker, *, kill: bool) -> None:
+    if not kill:
+        try:
+            worker.conn.send(None)
+            worker.proc.wait(timeout=2.0)
+        except (OSError, subprocess.TimeoutExpired):
+            kill = True
+    if kill:
+        worker.proc.kill()
+        worker.proc.wait()
+    worker.conn.close()
+
+
+def _stop_all(workers: list[_Worker]) -> None:
+    for worker in workers:  # a busy or still-starting worker has nothing to finish
+        _stop_worker(worker, kill=worker.item is not None or not worker.ready)
+    workers.clear()
+
+
+class OutcomeScorer:
+    """Scores (response, gold) pairs in worker processes, each item under a time limit.
+
+    with OutcomeScorer(num_workers=8) as scorer:
+        batch = scorer.score(responses, golds, RewardKind.MATH)
+        rewards = batch.scores                      # [N] float32
+        metrics.update(batch.metrics("generator/outcome"))
+
+    Each item gets `timeout_s` seconds under an alarm inside its worker (a timeout scores 0, is
+    counted, and costs nothing more). A worker that has not answered `grace_s` later is stuck in
+    C code: it is killed and replaced (about 1 s to start, while the other workers go on), and its
+    item scores 0 as a timeout. An item that crashes its worker scores 0 as an error. Per-item
+    overhead is one message each way over a local socket (tens of microseconds).
+
+    One `score` call at a time (a lock serialises them). Workers start in the constructor and
+    stop in `close` (or at exit of the `with` block).
+    """
+
+    def __init__(
+        self,
+        *,
+        num_workers: int = 4,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        grace_s: float = 2.0,
+        startup_timeout_s: float = 120.0,
+    ):
+        if num_workers < 1:
+            raise ValueError(f"num_workers ({num_workers}) must be >= 1.")
+        if min(timeout_s, grace_s, startup_timeout_s) <= 0:
+            raise ValueError(
+                f"timeout_s ({timeout_s}), grace_s ({grace_s}) and startup_timeout_s "
+                f"({startup_timeout_s}) must be > 0 seconds."
+            )
+        self.timeout_s, self.grace_s, self.startup_timeout_s = timeout_s, grace_s, startup_timeout_s
+        self._lock = threading.Lock()
+        self._totals = collections.Counter()
+        self._failed_starts = 0  # consecutive workers that died before saying ready
+        self._workers: list[_Worker] = []
+        # Stops the workers on close(), on garbage collection, or at interpreter exit.
+        self._finalizer = weakref.finalize(self, _stop_all, self._workers)
+        try:
+            self._workers.extend(_start_worker() for _ in range(num_workers))
+        except BaseException:
+            self._finalizer()
+            raise
+
+    def __enter__(self) -> OutcomeScorer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def stats(self) -> ScorerStats:
+        t = self._totals
+        return ScorerStats(t["items"], t["timeouts"], t["errors"], t["restarts"])
+
+    def close(self) -> None:
+        with self._lock:
+            self._finalizer()
+
+    def score(
+        self,
+        responses: Sequence[str],
+        golds: Sequence[str],
+        kind: RewardKind = RewardKind.MATH,
+        timeout_s: float | None = None,
+    ) -> ScoredBatch:
+        """Scores responses[i] against golds[i] with the `kind` checker: [N] results.
+
+        timeout_s: this call's per-item limit (evaluation may allow more than training);
+        default the scorer's `timeout_s`.
+        """
+        if len(responses) != len(golds):
+            raise ValueError(
+                f"responses ({len(responses)}) and golds ({len(golds)}) must have the same length."
+            )
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        check_timeout(timeout_s)
+        n, start = len(responses), time.monotonic()
+        scores = np.zeros(n, np.float32)
+        status = np.full(n, ItemStatus.OK.value, dtype=object)
+        with self._lock:
+            if not self._workers:
+                raise RuntimeError("OutcomeScorer.score called after close(); make a new scorer.")
+            for worker in list(self._workers):  # still busy from a call that was interrupted
+                if worker.item is not None:
+                    self._replace(worker, kill=True)
+            todo, left = collections.deque(range(n)), n
+            while left:
+                self._dispatch(todo, responses, golds, kind, timeout_s)
+                for index, score, item_status in self._collect():
+                    scores[index], status[index] = score, item_status
+                    left -= 1
+        timed_out, errored = status == ItemStatus.TIMEOUT.value, status == ItemStatus.ERROR.value
+        self._totals.update(items=n, timeouts=int(timed_out.sum()), errors=int(errored.sum()))
+        return ScoredBatch(scores, timed_out, errored, time.monotonic() - start)
+
+    def _dispatch(self, todo: collections.deque, responses, golds, kind, timeout_s) -> None:
+        for worker in self._workers:
+            if worker.ready and worker.item is None and todo:
+                index = todo.popleft()
+                message = (index, kind.value, responses[index], golds[index], timeout_s)
+                try:
+                    worker.conn.send(message)
+                except OSError:  # it died while idle: retry the item on another worker
+                    todo.appendleft(index)
+                    self._replace(worker, kill=True)
+                    continue
+                worker.item = index
+                worker.deadline = time.monotonic() + timeout_s + self.grace_s
+
+    def _collect(self) -> list[tuple[int, float, str]]:
+        """Waits for the next message or deadline; returns the items finished meanwhile."""
+        now = time.monotonic()
+        deadlines = [w.deadline for w in self._workers if w.item is not None]
+        deadlines += [w.started + self.startup_timeout_s for w in self._workers if not w.ready]
+        timeout = max(0.0, min(deadlines) - now) if deadlines else None
+        by_conn = {w.conn: w for w in self._workers}
+        done = []
+        for conn in wait(list(by_conn), timeout=timeout):
+            worker = by_conn[conn]
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):  # the worker died (crash, out of memory, killed)
+                if not worker.ready:
+                    self._failed_starts += 1
+                    if self._failed_starts >= _MAX_FAILED_STARTS:
+                        raise RuntimeError(self._startup_failure(worker)) from None
+                if worker.item is not None:
+                    done.append((worker.item, 0.0, ItemStatus.ERROR.value))
+                self._replace(worker, kill=True)
+                continue
+            if message[0] == "ready":
+                worker.ready = True
+                self._failed_starts = 0
+            else:
+                done.append(message)
+                worker.item = None
+        now = time.monotonic()
+        for worker in list(self._workers):
+            if worker.item is not None and now > worker.deadline:
+                done.append((worker.item, 0.0, ItemStatus.TIMEOUT.value))
+                self._replace(worker, kill=True)
+            elif not worker.ready and now > worker.started + self.startup_timeout_s:
+                raise RuntimeError(self._startup_failure(worker))
+        return done
+
+    def _replace(self, worker: _Worker, *, kill: bool) -> None:
+        worker.item = None
+        _stop_worker(worker, kill=kill)
+        self._workers[self._workers.index(worker)] = _start_worker()
+        self._totals.update(restarts=1)
+
+    def _startup_failure(self, worker: _Worker) -> str:
+        return (
+            f"OutcomeScorer workers fail to start: worker pid {worker.proc.pid} exited with code "
+            f"{worker.proc.poll()} (None: still running after startup_timeout_s = "
+            f"{self.startup_timeout_s} s), {self._failed_starts} deaths in a row. Its error is "
+            f"on stderr above; check that `{sys.executable} -c "
+            '"import tango_jax.tango.scoring_pool, math_verify"` works, or raise '
+            "startup_timeout_s on a loaded machine."
+        )
