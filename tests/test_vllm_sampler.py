@@ -220,7 +220,7 @@ def test_verification_catches_weights_other_than_the_trainers(sampler, model):
 def test_mismatched_world_size_fails_within_timeout_and_sync_recovers(sampler, model):
     from vllm.distributed.weight_transfer.base import WeightSource
 
-    from tango_jax.rollout.vllm_gloo_engine import (
+    from tango_jax.rollout.vllm_gloo_trainer import (
         GlooTrainerInitInfo,
         GlooTrainerWeightTransferEngine,
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 BACKEND = "gloo"
 _ENGINE_MODULE = "tango_jax.rollout.vllm_gloo_engine"
+_TRAINER_MODULE = "tango_jax.rollout.vllm_gloo_trainer"
 
 
 def register() -> None:
@@ -33,5 +34,5 @@ def register() -> None:
         )
     if BACKEND not in WeightTransferTrainerFactory._registry:
         WeightTransferTrainerFactory.register_engine(
-            BACKEND, _ENGINE_MODULE, "GlooTrainerWeightTransferEngine"
+            BACKEND, _TRAINER_MODULE, "GlooTrainerWeightTransferEngine"
         )

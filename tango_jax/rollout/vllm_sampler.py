@@ -40,6 +40,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -159,12 +160,19 @@ class VLLMSamplerConfig:
             raise ValueError(f"max_restarts ({self.max_restarts}) must be >= 0.")
 
 
+def _import_transfer_engines() -> None:
+    try:
+        import vllm.distributed.weight_transfer.factory  # noqa: F401
+    except Exception as e:  # the first sync imports it again and reports any error
+        log.debug("pre-importing vLLM's weight transfer failed: %s", e)
+
+
 @dataclasses.dataclass
 class _Replica:
     name: str
     client: VLLMClient
-    sync: WeightSync
     server: VLLMServer | None  # None: not ours to restart
+    sync: WeightSync | None = None  # set once the server is up
     model_name: str = ""
 
 
@@ -207,12 +215,13 @@ class VLLMSampler:
         )
         for i, server_config in enumerate(cfg.servers):
             server = VLLMServer(server_config, name=f"vllm-{i}")
-            self.replicas.append(
-                _Replica(server.name, server.client(**timeouts), None, server)  # type: ignore[arg-type]
-            )
+            self.replicas.append(_Replica(server.name, server.client(**timeouts), server))
         for i, url in enumerate(cfg.urls):
             client = VLLMClient(url, api_key=cfg.api_key, **timeouts)
-            self.replicas.append(_Replica(f"vllm-{i}", client, None, None))  # type: ignore[arg-type]
+            self.replicas.append(_Replica(f"vllm-{i}", client, None))
+        # Importing vLLM's transfer engines costs the first sync ~10 s: do it while the
+        # servers start.
+        threading.Thread(target=_import_transfer_engines, daemon=True).start()
         # Start owned servers concurrently (each takes from seconds to minutes).
         with cf.ThreadPoolExecutor(max(1, len(self.replicas))) as pool:
             list(pool.map(self._open, self.replicas))
@@ -326,8 +335,8 @@ class VLLMSampler:
                 healthy = replica.client.health() and (
                     replica.server is None or replica.server.alive
                 )
-                if not healthy:
-                    self._recover(replica, e, restarts, r)
+                if not healthy:  # restart it; the loop then sends `params`
+                    self._recover(replica, e, restarts, r, resync=False)
                 elif retried:
                     raise
                 else:
@@ -371,8 +380,12 @@ class VLLMSampler:
                 replica, self._state, self.weight_version, restarts, self.replicas.index(replica)
             )
 
-    def _recover(self, replica: _Replica, error: Exception, restarts: list[int], r: int) -> None:
-        """Restarts `replica` if its server died, re-sends the current weights; else raises."""
+    def _recover(
+        self, replica: _Replica, error: Exception, restarts: list[int], r: int, resync=True
+    ) -> None:
+        """Restarts `replica` if its server died and (with `resync`) re-sends the current
+        weights; raises if the server is fine (the error is the request's), is not ours, or
+        has used up max_restarts."""
         server = replica.server
         if server is None:
             raise VLLMServerError(
@@ -399,7 +412,7 @@ class VLLMSampler:
         )
         replica.sync.reset()
         server.restart()
-        if self._synced:  # it restarted from the checkpoint on disk
+        if resync and self._synced:  # it restarted from the checkpoint on disk
             self._sync(replica, self._state, self.weight_version, restarts, r)
 
     def metrics(self) -> dict[str, float]:

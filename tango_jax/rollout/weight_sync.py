@@ -176,7 +176,7 @@ class WeightSync:
         is_sender = self._is_sender()
         workers = self.client.world_size() if is_sender else 1
         if cfg.backend is SyncBackend.GLOO:
-            from tango_jax.rollout.vllm_gloo_engine import GlooTrainerInitInfo
+            from tango_jax.rollout.vllm_gloo_trainer import GlooTrainerInitInfo
 
             self._source = JaxWeightSource(self.model_config, cfg.dtype, device="cpu")
             info = GlooTrainerInitInfo(
@@ -252,9 +252,9 @@ def _with_watchdog(fn, timeout_s: float, what: str):
     (an NCCL call whose peer never arrives). A thread stuck in such a call cannot be killed:
     the error says so, since the process may then need a restart to free the GPU group.
     """
-    from tango_jax.rollout.vllm_gloo_engine import WeightTransferTimeout, _in_daemon_thread
+    from tango_jax.rollout.vllm_gloo_engine import WeightTransferTimeout, in_daemon_thread
 
-    future = _in_daemon_thread(fn)
+    future = in_daemon_thread(fn)
     try:
         return future.result(timeout=timeout_s)
     except TimeoutError as e:
