@@ -1,0 +1,267 @@
+"""tango_jax.data.synthetic: arithmetic chains, their solutions and the SFT data.
+
+Gold answers are checked against an independent reading of the question text (a regex turns the
+words back into a Python expression, which `eval` computes); solutions against the project's own
+parsers and rewards (formats, rewards.outcome_reward).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tango_jax.data import synthetic as S
+from tango_jax.data.datasets import StreamPosition
+from tango_jax.tango import formats as F
+from tango_jax.tango import rewards as R
+
+CONFIG = S.ArithConfig()
+_QUESTION = re.compile(r"Start with (\d+)\. (.*)\. What is the result\?")
+_CLAUSE = {
+    "add": "+",
+    "subtract": "-",
+    "multiply by": "*",
+    "divide by": "/",
+}
+
+
+def eval_question(question: str) -> int:
+    """The answer of a question, computed from its words alone."""
+    m = _QUESTION.fullmatch(question)
+    assert m, question
+    expr = m.group(1)
+    for clause in m.group(2).split(", then "):
+        words, operand = clause.lower().rsplit(" ", 1)
+        expr = f"({expr} {_CLAUSE[words]} {operand})"
+    value = eval(expr)  # true division: an inexact quotient would show up as a float
+    assert value == int(value), (question, value)
+    return int(value)
+
+
+def eval_step(text: str) -> tuple[int, int]:
+    """(what the left side of "a op b = c" computes to, what the step wrote)."""
+    lhs, rhs = text.split(" = ")
+    return int(eval(lhs)), int(rhs)
+
+
+# ----------------------------------------------------------------------------------------------
+# Problems.
+
+
+def test_the_stream_is_pinned():
+    """Problem 0 of stream ("rl", seed 1) never changes: checkpoints resume on the same data."""
+    problem = S.problem_at(CONFIG, 0, seed=1)
+    assert problem.question == (
+        "Start with 9. Add 3, then subtract 3, then subtract 4. What is the result?"
+    )
+    assert problem.answer == 5 and problem.id == S.problem_at(CONFIG, 0, seed=1).id
+
+
+def test_problems_are_deterministic_and_seeds_differ():
+    a = [S.problem_at(CONFIG, i, seed=3) for i in range(50)]
+    assert a == [S.problem_at(CONFIG, i, seed=3) for i in range(50)]
+    b = [S.problem_at(CONFIG, i, seed=4) for i in range(50)]
+    assert sum(x == y for x, y in zip(a, b)) < 5
+
+
+def test_gold_answers_match_an_independent_evaluation():
+    problems = [S.problem_at(CONFIG, i, seed=0) for i in range(300)]
+    problems += S.held_out_problems(CONFIG, 100)
+    for p in problems:
+        assert eval_question(p.question) == p.answer
+        assert CONFIG.min_steps <= len(p.ops) <= CONFIG.max_steps
+        assert 1 <= p.start <= CONFIG.start_max
+        assert all(0 <= v <= CONFIG.value_max for v in p.values)
+        assert p.to_problem().answer == str(p.answer)
+
+
+def test_difficulty_knobs_are_respected():
+    config = S.ArithConfig(
+        min_steps=5, max_steps=6, start_max=20, operand_max=3, mul_max=4, value_max=99,
+        ops=(S.Op.ADD, S.Op.SUB, S.Op.MUL, S.Op.DIV),
+    )  # fmt: skip
+    for i in range(200):
+        p = S.problem_at(config, i, seed=0)
+        assert eval_question(p.question) == p.answer
+        assert 5 <= len(p.ops) <= 6 and all(0 <= v <= 99 for v in p.values)
+        for op, operand in p.ops:
+            small = op in (S.Op.ADD, S.Op.SUB)
+            assert 1 <= operand <= 3 if small else 2 <= operand <= 4
+    assert {op for i in range(200) for op, _ in S.problem_at(config, i, seed=0).ops} == {
+        S.Op.ADD, S.Op.SUB, S.Op.MUL, S.Op.DIV,
+    }  # fmt: skip
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    steps=st.tuples(st.integers(1, 6), st.integers(0, 3)),
+    start_max=st.integers(3, 30),  # at least a dozen problems, so the training split has some
+    operand_max=st.integers(2, 20),
+    mul_max=st.integers(2, 6),
+    extra=st.integers(5, 100),
+    ops=st.sets(st.sampled_from([S.Op.MUL, S.Op.DIV])).map(lambda s: {S.Op.ADD, S.Op.SUB} | s),
+    seed=st.integers(0, 2**32),
+)
+def test_any_valid_config_gives_valid_problems(
+    steps, start_max, operand_max, mul_max, extra, ops, seed
+):
+    config = S.ArithConfig(
+        min_steps=steps[0], max_steps=steps[0] + steps[1], start_max=start_max,
+        operand_max=operand_max, mul_max=mul_max, value_max=start_max + extra,
+        ops=tuple(sorted(ops, key=lambda o: o.value)),
+    )  # fmt: skip
+    for i in range(3):
+        p = S.problem_at(config, i, seed=seed)
+        assert eval_question(p.question) == p.answer
+        assert all(0 <= v <= config.value_max for v in p.values)
+        solution = S.slipped_solution(p, seed=seed)
+        assert not solution.correct and solution.values[-1] >= 0
+
+
+def test_train_and_held_out_splits_are_disjoint():
+    train = {S.problem_at(CONFIG, i, seed=s).question for s in (0, 1) for i in range(1000)}
+    held = S.held_out_problems(CONFIG, 300)
+    assert len({p.question for p in held}) == 300  # distinct
+    assert not train & {p.question for p in held}
+    assert all(S.is_held_out(p.question, CONFIG) for p in held)
+    assert not any(S.is_held_out(q, CONFIG) for q in train)
+    # Membership depends on the question alone: another difficulty keeps it.
+    harder = dataclasses.replace(CONFIG, max_steps=6, value_max=200)
+    assert all(S.is_held_out(p.question, harder) for p in held)
+    # About eval_fraction of all problems are held out.
+    drawn = [S._draw_problem(CONFIG, S._Draws("fraction", i)) for i in range(4000)]
+    share = sum(S.is_held_out(p.question, CONFIG) for p in drawn) / 4000
+    assert abs(share - CONFIG.eval_fraction) < 0.03
+
+
+def test_held_out_set_too_large_for_the_space_is_an_error():
+    tiny = S.ArithConfig(min_steps=1, max_steps=1, start_max=1, operand_max=1)
+    with pytest.raises(ValueError, match="widen"):
+        S.held_out_problems(tiny, 5)
+
+
+@pytest.mark.parametrize(
+    "kwargs, rule",
+    [
+        ({"min_steps": 0}, "min_steps"),
+        ({"min_steps": 4, "max_steps": 3}, "max_steps"),
+        ({"start_max": 60}, "start_max <= value_max"),
+        ({"ops": (S.Op.ADD, S.Op.MUL)}, "Op.ADD and Op.SUB"),
+        ({"ops": (S.Op.ADD, S.Op.SUB, S.Op.ADD)}, "repeats"),
+        ({"mul_max": 1}, "mul_max"),
+        ({"eval_fraction": 0.0}, "eval_fraction"),
+        ({"slip_fraction": 1.5}, "slip_fraction"),
+    ],
+)
+def test_config_errors_name_the_rule(kwargs, rule):
+    with pytest.raises(ValueError, match=re.escape(rule)):
+        S.ArithConfig(**kwargs)
+
+
+# ----------------------------------------------------------------------------------------------
+# Solutions.
+
+
+def test_reference_solutions_parse_and_score_one():
+    for i in range(25):
+        p = S.problem_at(CONFIG, i, seed=5)
+        text = S.reference_solution(p).text
+        steps = F.split_steps(text)
+        assert len(steps) == len(p.ops)
+        assert all(left == written for left, written in map(eval_step, (s.text for s in steps)))
+        assert F.extract_answer(text) == str(p.answer)
+        assert F.generator_format_score(text) == 1.0
+        assert R.outcome_reward(text, str(p.answer)) == 1.0
+
+
+def test_the_reference_solution_looks_like_this():
+    p = S.ArithProblem(7, ((S.Op.ADD, 5), (S.Op.MUL, 3), (S.Op.SUB, 4)))
+    assert (
+        p.question
+        == "Start with 7. Add 5, then multiply by 3, then subtract 4. What is the result?"
+    )
+    assert S.reference_solution(p).text == (
+        "<think>\n<step>7 + 5 = 12</step>\n<step>12 * 3 = 36</step>\n<step>36 - 4 = 32</step>\n"
+        "</think>\n<answer>\\boxed{32}</answer>"
+    )
+
+
+def test_slips_are_one_wrong_step_carried_to_a_wrong_answer():
+    for i in range(25):
+        p = S.problem_at(CONFIG, i, seed=6)
+        solution = S.slipped_solution(p, seed=i)
+        assert solution == S.slipped_solution(p, seed=i)
+        text = solution.text
+        assert not solution.correct and F.generator_format_score(text) == 1.0
+        checks = [
+            left == written for left, written in (eval_step(s.text) for s in F.split_steps(text))
+        ]
+        assert checks == [k != solution.first_error for k in range(len(p.ops))]
+        assert R.outcome_reward(text, str(p.answer)) == 0.0
+
+
+# ----------------------------------------------------------------------------------------------
+# SFT data.
+
+
+def test_generator_sft_examples():
+    examples = S.generator_sft_examples(CONFIG, 400, seed=2)
+    assert examples == S.generator_sft_examples(CONFIG, 400, seed=2)
+    slips = sum(not e.correct for e in examples)
+    assert abs(slips / 400 - CONFIG.slip_fraction) < 0.08  # binomial sd 0.023
+    for e in examples[:40]:
+        question = e.prompt.rsplit("User: ", 1)[1].removesuffix("\nAssistant:")
+        assert e.prompt == F.render_generator_prompt(question)
+        assert (F.extract_answer(e.response) == str(eval_question(question))) == e.correct
+    none = S.generator_sft_examples(dataclasses.replace(CONFIG, slip_fraction=0.0), 50, seed=2)
+    assert all(e.correct for e in none)
+
+
+def test_verifier_sft_transcripts_carry_the_outcome_label_only():
+    examples = S.verifier_sft_examples(CONFIG, 200, seed=3)
+    assert abs(sum(e.correct for e in examples) / 200 - CONFIG.verifier_correct_fraction) < 0.12
+    for e in examples[:40]:
+        solution = e.prompt.split("Assistant's Solution:\n", 1)[1].split("\n\nThe Assistant's")[0]
+        k = len(F.split_steps(solution))
+        assert e.prompt == F.render_verifier_prompt(
+            e.prompt.split("Problem: ", 1)[1].split("\n")[0], solution
+        )
+        parsed = F.parse_verification(e.response)
+        assert parsed.step_judgments == ((1 if e.correct else -1),) * k
+        assert parsed.verdict == (F.CORRECT if e.correct else F.INCORRECT)
+        gen_format = F.generator_format_score(solution)
+        assert (
+            F.verifier_format_score(e.response, expected_steps=k, generator_format_score=gen_format)
+            == 1.0
+        )
+        assert R.step_rewards(k, parsed.step_judgments) is not None
+        assert "Step 1 Analysis: check the arithmetic." in e.response
+
+
+# ----------------------------------------------------------------------------------------------
+# The RL stream.
+
+
+def test_stream_is_indexed_by_step_and_resumes_exactly():
+    stream = S.SyntheticStream(CONFIG, 4, seed=7)
+    first = [stream.next_batch() for _ in range(5)]
+    assert stream.position == StreamPosition(seed=7, epoch=0, index=5)
+    assert first[2] == stream.batch_at(2)
+    assert [p.question for p in first[0]] == [
+        S.problem_at(CONFIG, i, seed=7).question for i in range(4)
+    ]
+    saved = dataclasses.asdict(
+        S.SyntheticStream(CONFIG, 4, seed=7, position=StreamPosition(7, 0, 3)).position
+    )
+    resumed = S.SyntheticStream(CONFIG, 4, seed=7, position=StreamPosition(**saved))
+    assert [resumed.next_batch() for _ in range(2)] == first[3:]
+    assert all(not S.is_held_out(p.question, CONFIG) for b in first for p in b)
+
+
+def test_stream_rejects_a_position_of_another_seed():
+    with pytest.raises(ValueError, match="seed 7"):
+        S.SyntheticStream(CONFIG, 4, seed=7, position=StreamPosition(seed=8))
