@@ -39,6 +39,7 @@ command that the answer parsers look for.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import re
 from collections.abc import Sequence
 
@@ -134,6 +135,38 @@ IMPORTANT INSTRUCTIONS (read them carefully):
 Your Verification:
 """  # noqa: E501  (the template's lines are its prompt's lines)
 
+# Compact variants for the tiny configs: the same structure (role line; problem and solution;
+# the step count; the closing cue) without the format specification and worked example, which
+# a model learns from its format SFT anyway. The full templates cost ~1k (generator) and ~3k
+# (verifier) tokens of the tiny 512-token vocabulary, more than a 2-layer model on a CPU can
+# afford per rollout; the compact ones a few dozen.
+_GENERATOR_TEMPLATE_COMPACT = r"""Solve the problem step by step: <think><step>...</step>...</think><answer>\boxed{}</answer>
+
+User: {question}
+Assistant:"""  # noqa: E501
+
+_VERIFIER_TEMPLATE_COMPACT = r"""Verify every step of the Assistant's solution to the problem.
+
+Problem: {problem}
+Assistant's Solution:
+{solution}
+
+The Assistant's solution has {num_steps} steps inside <step> tags.
+
+Your Verification:
+"""
+
+
+class PromptStyle(enum.Enum):
+    FULL = "full"  # the official templates' structure and content (the paper's runs)
+    COMPACT = "compact"  # the same structure, a few dozen tokens (tiny configs)
+
+
+_TEMPLATES = {
+    PromptStyle.FULL: (_GENERATOR_TEMPLATE, _VERIFIER_TEMPLATE),
+    PromptStyle.COMPACT: (_GENERATOR_TEMPLATE_COMPACT, _VERIFIER_TEMPLATE_COMPACT),
+}
+
 _PLACEHOLDER = re.compile(r"\{(question|problem|solution|num_steps)\}")
 
 
@@ -147,20 +180,25 @@ def _fill(template: str, **values: str) -> str:
     return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
 
 
-def render_generator_prompt(question: str, *, evaluation: bool = False) -> str:
+def render_generator_prompt(
+    question: str, *, evaluation: bool = False, style: PromptStyle = PromptStyle.FULL
+) -> str:
     """The generator prompt for `question`: instructions, a worked example, then
     `User: {question}` and `Assistant:` on the next line (no trailing space or newline).
 
     `evaluation=True` gives the variant used for the benchmarks: the same text with the word
     "mathematical " deleted (the official evaluation sets do this, TANGO_SPEC §4.1).
+    `style=COMPACT`: the short variant of the tiny configs (see `PromptStyle`).
     """
-    template = (
-        _GENERATOR_TEMPLATE.replace("mathematical ", "") if evaluation else _GENERATOR_TEMPLATE
-    )
+    template = _TEMPLATES[PromptStyle(style)][0]
+    if evaluation:
+        template = template.replace("mathematical ", "")
     return _fill(template, question=question)
 
 
-def render_verifier_prompt(problem: str, solution: str) -> str:
+def render_verifier_prompt(
+    problem: str, solution: str, *, style: PromptStyle = PromptStyle.FULL
+) -> str:
     """The verifier prompt for a generator `solution` (its decoded text, special tokens removed)
     to `problem` (the clean question, without the generator template).
 
@@ -169,7 +207,8 @@ def render_verifier_prompt(problem: str, solution: str) -> str:
     caller's business (the official code right-truncates at 4096 tokens, TANGO_SPEC §10.10).
     """
     num_steps = str(len(split_steps(solution)))
-    return _fill(_VERIFIER_TEMPLATE, problem=problem, solution=solution, num_steps=num_steps)
+    template = _TEMPLATES[PromptStyle(style)][1]
+    return _fill(template, problem=problem, solution=solution, num_steps=num_steps)
 
 
 # --------------------------------------------------------------------------------------------
