@@ -1,0 +1,175 @@
+"""Scoring generator solutions and collecting the verifier's judgments of them.
+
+Shared by the generator step (verifier feedback -> step rewards), the verifier step (verdicts ->
+verifier rewards) and evaluation. Shape legend: B solutions, NV verifications per solution,
+R response slots of the generator's training batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+
+from tango_jax.data.datasets import Problem
+from tango_jax.rollout.base import Completion, Prompt
+from tango_jax.tango import formats, rewards
+from tango_jax.tango.roles import Role
+
+
+@dataclasses.dataclass(frozen=True)
+class Solution:
+    """One generator completion with its rule-based score."""
+
+    problem: Problem
+    completion: Completion
+    reward: float  # rule-based outcome reward r_out in {0, 1}
+    format_score: float  # generator format score (gates the verifier's format penalty)
+    steps: tuple[formats.Step, ...]
+
+    @property
+    def correct(self) -> bool:
+        return self.reward > 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class Judgment:
+    """One verifier completion about one solution."""
+
+    completion: Completion
+    verification: formats.Verification
+    format_score: float  # verifier format score
+    reward: float  # 1[verdict == correct] + γ·format, 0 if the verdict is unparsable
+
+
+def score_solutions(
+    scorer: rewards.OutcomeScorer,
+    problems: Sequence[Problem],
+    completions: Sequence[Sequence[Completion]],
+    *,
+    timeout_s: float,
+) -> tuple[list[Solution], dict[str, float]]:
+    """Rule-based rewards of every completion (math-verify in the scoring pool). Flattened in
+    prompt-major order: solution i*n + j is sample j of problem i."""
+    flat = [(p, c) for p, cs in zip(problems, completions) for c in cs]
+    scored = scorer.score(
+        [c.text for _, c in flat],
+        [p.answer for p, _ in flat],
+        rewards.RewardKind.MATH,
+        timeout_s=timeout_s,
+    )
+    solutions = [
+        Solution(
+            p,
+            c,
+            float(r),
+            formats.generator_format_score(c.text),
+            tuple(formats.split_steps(c.text)),
+        )
+        for (p, c), r in zip(flat, scored.scores)
+    ]
+    return solutions, scored.metrics("reward")
+
+
+def verifier_prompts(
+    verifier: Role, solutions: Sequence[Solution], style: formats.PromptStyle
+) -> list[Prompt]:
+    """The verifier's prompt for each solution (problem, solution text, K counted from it)."""
+    return [
+        verifier.encode(
+            formats.render_verifier_prompt(s.problem.question, s.completion.text, style=style)
+        )
+        for s in solutions
+    ]
+
+
+def judge(
+    verifier: Role,
+    solutions: Sequence[Solution],
+    prompts: Sequence[Prompt],
+    *,
+    n: int,
+    seed: int | None,
+    greedy: bool = False,
+    format_weight: float = 0.8,
+) -> list[list[Judgment]]:
+    """`n` verifications of each solution (prompts from `verifier_prompts`) by the current
+    verifier; result[i][j] is sample j of solution i."""
+    params = verifier.eval_params() if greedy else verifier.train_params(seed, n=n)
+    outputs = verifier.sampler.generate(prompts, params)
+    judged = []
+    for sol, outs in zip(solutions, outputs):
+        row = []
+        for c in outs:
+            v = formats.parse_verification(c.text)
+            fmt = formats.verifier_format_score(
+                c.text, expected_steps=len(sol.steps), generator_format_score=sol.format_score
+            )
+            r = rewards.verifier_reward(
+                v, solution_correct=sol.correct, format_score=fmt, format_weight=format_weight
+            )
+            row.append(Judgment(c, v, fmt, r))
+        judged.append(row)
+    return judged
+
+
+def step_reward_arrays(
+    solutions: Sequence[Solution],
+    judged: Sequence[Sequence[Judgment]],
+    tokenizer,
+    response_slots: int,
+) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+    """Step rewards ±1/K at the token that completes each step's `</step>`.
+
+    Returns step_rewards [B, NV, R], step_mask [B, NV, R] (1 where a step reward sits) and
+    statistics. A (solution, verification) pair contributes only if the verifier returned
+    exactly K judgments for K > 0 steps (TANGO_SPEC §2.2).
+    """
+    b, nv = len(solutions), len(judged[0]) if judged else 0
+    values = np.zeros((b, nv, response_slots), np.float32)
+    mask = np.zeros((b, nv, response_slots), np.float32)
+    aligned, positive, total = 0, 0, 0
+    for i, (sol, row) in enumerate(zip(solutions, judged)):
+        if not sol.steps:
+            continue
+        ends = rewards.step_end_token_indices(
+            sol.steps, rewards.token_char_ends(tokenizer, sol.completion.token_ids)
+        )
+        for j, jd in enumerate(row):
+            r = rewards.step_rewards(len(sol.steps), jd.verification.step_judgments)
+            if r is None:
+                continue
+            aligned += 1
+            for pos, value in zip(ends, r):
+                if pos < response_slots:
+                    values[i, j, pos] += value
+                    mask[i, j, pos] = 1.0
+            positive += sum(v > 0 for v in r)
+            total += len(r)
+    stats = {
+        "step_rewards/aligned_frac": aligned / max(b * nv, 1),
+        "step_rewards/correct_frac": positive / max(total, 1),
+        "step_rewards/count": float(total),
+    }
+    return values, mask, stats
+
+
+def verdict_metrics(labels: Sequence[bool], verdicts: Sequence[int | None]) -> dict[str, float]:
+    """Verdict accuracy and F1 against the rule-based truth. An unparsable verdict counts as
+    INCORRECT (the official default label) and is also reported as `parse_fail`."""
+    y = np.asarray(labels, bool)
+    pred = np.asarray([v == formats.CORRECT for v in verdicts], bool)
+
+    def f1(pos_true, pos_pred):
+        tp = float((pos_true & pos_pred).sum())
+        denom = float(pos_true.sum() + pos_pred.sum())
+        return 2 * tp / denom if denom else 1.0
+
+    return {
+        "verdict_accuracy": float((y == pred).mean()) if y.size else 0.0,
+        "f1": f1(y, pred),  # positive class: the solution is correct
+        "f1_incorrect": f1(~y, ~pred),
+        "parse_fail": float(np.mean([v is None for v in verdicts])) if y.size else 0.0,
+        "predicted_correct": float(pred.mean()) if y.size else 0.0,
+    }

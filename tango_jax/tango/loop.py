@@ -1,0 +1,368 @@
+"""The co-evolution loop: SFT (optional), verifier warm-up, then [G x N_g, V x N_v] cycles.
+
+    TangoLoop(run_config).run()
+
+Run directory layout:
+    config.json            the validated config of the run
+    initial/<role>/        HF checkpoints of randomly initialised presets (tiny configs)
+    sft/<role>/            HF checkpoints after the SFT stage (RL starts from these)
+    checkpoints/<step>/    orbax checkpoints (both trainers, host state), last k kept
+    metrics.jsonl          one line per global step (and step 0: evaluation before training)
+    tensorboard/           the same metrics for TensorBoard
+    hf/<role>/             HF export of the final models
+
+Resume: with `resume=True` and a checkpoint in run_dir, the loop restores both trainers, the
+schedule position, the class-balance EMA and the data position; sampling seeds are a function
+of (seed, step), so the following steps reproduce an uninterrupted run's metrics exactly (the
+JAX backend; vLLM's own kernels are not bit-reproducible across restarts).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from pathlib import Path
+
+from tango_jax.checkpoint import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer, check_finite
+from tango_jax.config import DataSource, RunConfig
+from tango_jax.config_types import to_dict
+from tango_jax.data import datasets, synthetic
+from tango_jax.metrics import MetricsWriter, PhaseTimer
+from tango_jax.models import save_pretrained
+from tango_jax.models.tiny import write_tiny_checkpoint
+from tango_jax.parallel.mesh import make_mesh
+from tango_jax.rl.advantages import AlphaSchedule, ClassBalanceState
+from tango_jax.tango.evaluation import evaluate
+from tango_jax.tango.roles import Role, build_role
+from tango_jax.tango.schedule import Kind, Schedule
+from tango_jax.tango.scoring_pool import OutcomeScorer
+from tango_jax.tango.sft import run_sft
+from tango_jax.tango.steps import StepContext, generator_step, verifier_step
+
+log = logging.getLogger("tango_jax")
+
+ROLES = ("generator", "verifier")
+
+
+def make_schedule(cfg: RunConfig) -> Schedule:
+    s, v = cfg.schedule, cfg.verifier
+    return Schedule(
+        total_steps=s.total_steps,
+        verifier_warmup_steps=s.verifier_warmup_steps,
+        generator_warmup_steps=s.generator_warmup_steps,
+        n_generator_steps=s.n_generator_steps,
+        n_verifier_steps=s.n_verifier_steps,
+        initial_mode=s.initial_mode,
+        verifier_trainable=v.enable and v.trainable,
+    )
+
+
+def make_alpha(cfg: RunConfig, schedule: Schedule) -> AlphaSchedule:
+    a = cfg.algorithm.alpha
+    return AlphaSchedule(
+        a.kind,
+        schedule.alpha_horizon,
+        a.alpha0,
+        a.alpha_min,
+        a.exp_target_frac,
+        a.outcome_weight,
+        a.process_weight,
+    )
+
+
+class TangoLoop:
+    def __init__(self, cfg: RunConfig):
+        self.cfg = cfg
+        self.run_dir = Path(cfg.run_dir)
+        self.schedule = make_schedule(cfg)
+        self.alpha = make_alpha(cfg, self.schedule)
+        self.mesh = make_mesh(cfg.mesh)
+        self.timer = PhaseTimer()
+
+    # --- set-up ------------------------------------------------------------------------------
+
+    def _initial_path(self, role: str) -> Path:
+        src = getattr(self.cfg, role).model
+        if src.path:
+            return Path(src.path)
+        path = self.run_dir / "initial" / role
+        if not path.exists():
+            write_tiny_checkpoint(path, src.preset, seed=src.init_seed)
+        return path
+
+    def _sft_examples(self, role: str) -> list[tuple[str, str]]:
+        stage = getattr(self.cfg.sft, role)
+        if self.cfg.data.source is not DataSource.SYNTHETIC:
+            raise ValueError(
+                f"sft.{role}.enable needs SFT data: the built-in SFT sets exist for the synthetic "
+                "task only. For real data, fine-tune beforehand and set "
+                f"{role}.model.path to the SFT checkpoint (TANGO_SPEC §5)."
+            )
+        make = (
+            synthetic.generator_sft_examples
+            if role == "generator"
+            else synthetic.verifier_sft_examples
+        )
+        examples = make(self.cfg.data.arith, stage.num_examples, seed=self.cfg.seed)
+        return [(e.prompt, e.response) for e in examples]
+
+    def _rl_start_path(self, role: str) -> Path:
+        """The HF checkpoint RL starts from: after SFT if SFT is on (run once, then reused; the
+        SFT checkpoint is written atomically, so one that exists is complete)."""
+        path = self._initial_path(role)
+        stage = getattr(self.cfg.sft, role)
+        if not stage.enable:
+            return path
+        out = self.run_dir / "sft" / role
+        if out.exists():
+            return out
+        log.info("SFT of the %s: %d steps", role, stage.steps)
+        # SFT metrics: their own file (steps restart at 1); a crashed SFT simply starts over.
+        logs = self.run_dir / "sft_logs" / role
+        writer = MetricsWriter(
+            logs,
+            tensorboard=self.cfg.tensorboard,
+            resume_step=0 if (logs / "metrics.jsonl").exists() else None,
+        )
+
+        def log_step(step, values):
+            writer.write(step, values, phase=f"sft_{role}")
+            if step % 20 == 0 or step == stage.steps:
+                log.info("sft %s step %d loss %.4f", role, step, values[f"sft/{role}/loss"])
+
+        try:
+            return run_sft(
+                role,
+                stage,
+                getattr(self.cfg, role),
+                path,
+                out,
+                self._sft_examples(role),
+                mesh=self.mesh,
+                seed=self.cfg.seed,
+                log=log_step,
+            )
+        finally:
+            writer.close()
+
+    def _data(self, position: datasets.StreamPosition | None):
+        """(training prompt stream at `position`, held-out evaluation problems)."""
+        d = self.cfg.data
+        if d.source is DataSource.SYNTHETIC:
+            stream = synthetic.SyntheticStream(
+                d.arith, d.prompts_per_step, seed=d.seed, position=position
+            )
+            evals = [
+                p.to_problem()
+                for p in synthetic.held_out_problems(d.arith, d.eval_size, seed=d.seed)
+            ]
+            return stream, evals
+        if d.source is DataSource.EURUS2:
+            train = datasets.load_eurus2(d.train_path)
+        else:
+            train = datasets.load_problems(
+                d.train_path, datasets.Fields(d.question_field, d.answer_field)
+            )
+        evals = datasets.load_problems(
+            d.eval_path, datasets.Fields(d.question_field, d.answer_field)
+        )
+        stream = datasets.PromptStream(train, d.prompts_per_step, seed=d.seed, position=position)
+        return stream, evals[: d.eval_size]
+
+    # --- the run -----------------------------------------------------------------------------
+
+    def run(self) -> dict[str, float]:
+        cfg = self.cfg
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
+        ckpt_dir = self.run_dir / CHECKPOINT_SUBDIR
+        host = None
+        if cfg.resume and ckpt_dir.exists():
+            reader = RunCheckpointer(ckpt_dir, keep=cfg.checkpoint.keep)
+            if reader.latest_step() is not None:
+                host = reader.host()["host_state"]
+            reader.close()
+        metrics = self._metrics_writer(None if host is None else host["step"])
+        gen_path = self._rl_start_path("generator")
+        ver_path = self._rl_start_path("verifier") if cfg.verifier.enable else None
+
+        gen = build_role("generator", cfg.generator, gen_path, self.mesh, with_trainer=True)
+        ver = None
+        if ver_path is not None:
+            ver = build_role(
+                "verifier", cfg.verifier, ver_path, self.mesh, with_trainer=cfg.verifier.trainable
+            )
+        roles = {r.name: r for r in (gen, ver) if r is not None and r.trainer is not None}
+        stream, eval_problems = self._data(
+            None if host is None else datasets.StreamPosition(**host["data"])
+        )
+        ckpt = RunCheckpointer(
+            ckpt_dir,
+            keep=cfg.checkpoint.keep,
+            models={name: ModelInfo.from_model(r.model, r.init_path) for name, r in roles.items()},
+        )
+        scorer = OutcomeScorer(num_workers=cfg.scorer_workers, timeout_s=cfg.scorer_timeout_s)
+        ctx = StepContext(cfg, gen, ver, scorer, self.alpha)
+        state = {
+            "step": 0,
+            "updates": {"generator": 0, "verifier": 0},
+            "class_balance": ClassBalanceState().to_dict(),
+        }
+        try:
+            if host is not None:
+                state = self._restore(ckpt, roles)
+                log.info("resumed from step %d", state["step"])
+            elif cfg.eval.before_train:
+                metrics.write(0, self._evaluate(ctx, eval_problems), phase="eval")
+            final = self._train(ctx, roles, stream, eval_problems, ckpt, metrics, state)
+            if cfg.checkpoint.export_hf_at_end:
+                for name, r in (("generator", gen), ("verifier", ver)):
+                    if r is not None:
+                        save_pretrained(
+                            r.model,
+                            self.run_dir / "hf" / name,
+                            tokenizer=r.tokenizer,
+                            overwrite=True,
+                        )
+            return final
+        finally:
+            ckpt.close()
+            metrics.close()
+            scorer.close()
+            for r in (gen, ver):
+                if r is not None:
+                    r.sampler.close()
+
+    def _evaluate(self, ctx: StepContext, problems) -> dict[str, float]:
+        out = evaluate(
+            ctx.generator,
+            ctx.verifier,
+            problems,
+            ctx.scorer,
+            timeout_s=self.cfg.scorer_timeout_s,
+            timer=self.timer,
+            style=self.cfg.data.prompt_style,
+            format_weight=self.cfg.algorithm.verifier_format_weight,
+        )
+        return out | self.timer.metrics()
+
+    def _metrics_writer(self, resume_step: int | None) -> MetricsWriter:
+        """Appends after `resume_step`; a run restarted before its first checkpoint starts its
+        metrics over; an existing run with resume=False is refused (nothing is overwritten)."""
+        exists = (self.run_dir / "metrics.jsonl").exists()
+        if exists and not self.cfg.resume:
+            raise FileExistsError(
+                f"{self.run_dir} already holds a run (metrics.jsonl); pass --config.resume=True to "
+                "continue it, or choose a new --config.run_dir."
+            )
+        if resume_step is None and exists:
+            resume_step = -1  # no checkpoint yet: drop the crashed attempt's lines, start over
+        return MetricsWriter(
+            self.run_dir, tensorboard=self.cfg.tensorboard, resume_step=resume_step
+        )
+
+    def _restore(self, ckpt: RunCheckpointer, roles: dict[str, Role]) -> dict:
+        trainers, host = ckpt.restore(None, {n: r.trainer.state_dict() for n, r in roles.items()})
+        for name, r in roles.items():
+            r.trainer.load_state_dict(trainers[name])
+            r.version = host["updates"][name]
+            r.sync()  # a vLLM server starts from the checkpoint on disk: send it these weights
+        return host
+
+    def _train(self, ctx, roles, stream, eval_problems, ckpt, metrics, state) -> dict[str, float]:
+        sched = self.schedule
+        final: dict[str, float] = {}
+        class_state = ClassBalanceState.from_dict(state["class_balance"])
+        updates = dict(state["updates"])
+        for step in range(state["step"] + 1, sched.total_steps + 1):
+            phase = sched.phase(step)
+            problems = stream.next_batch()
+            if phase.kind is Kind.GENERATOR:
+                out = generator_step(
+                    ctx,
+                    problems,
+                    global_step=step,
+                    update_index=updates["generator"] - sched.generator_warmup_steps,
+                    warmup=phase.warmup,
+                    timer=self.timer,
+                )
+            else:
+                out, class_state = verifier_step(
+                    ctx, problems, global_step=step, class_state=class_state, timer=self.timer
+                )
+            role = phase.kind.value
+            updates[role] += 1
+            check_finite(
+                {
+                    k.split("/train/")[-1]: v
+                    for k, v in out.items()
+                    if k.startswith(f"{role}/train/")
+                },
+                role=role,
+                step=step,
+                checkpointer=ckpt,
+            )
+            out |= self.timer.metrics()
+            out |= {
+                "schedule/generator_updates": updates["generator"],
+                "schedule/verifier_updates": updates["verifier"],
+            }
+            if self._eval_due(step, phase, updates):
+                final = self._evaluate(ctx, eval_problems)
+                out |= final
+            metrics.write(step, out, phase=role + ("_warmup" if phase.warmup else ""))
+            log.info("step %d %s %s", step, role, _summary(out, role))
+            if self._save_due(step):
+                ckpt.save(
+                    step,
+                    {n: r.trainer.state_dict() for n, r in roles.items()},
+                    {
+                        "step": step,
+                        "updates": updates,
+                        "class_balance": class_state.to_dict(),
+                        "data": dataclasses.asdict(stream.position),
+                    },
+                )
+        return final
+
+    def _eval_due(self, step: int, phase, updates) -> bool:
+        e, sched = self.cfg.eval, self.schedule
+        if step == sched.total_steps:
+            return e.at_end
+        if (
+            phase.kind is Kind.VERIFIER
+            and phase.warmup
+            and e.after_verifier_warmup
+            and step == sched.generator_warmup_steps + sched.verifier_warmup_steps
+        ):
+            return True
+        return (
+            phase.kind is Kind.GENERATOR
+            and e.every_generator_steps > 0
+            and updates["generator"] % e.every_generator_steps == 0
+        )
+
+    def _save_due(self, step: int) -> bool:
+        c = self.cfg.checkpoint
+        return (step == self.schedule.total_steps and c.at_end) or (
+            c.every_steps > 0 and step % c.every_steps == 0
+        )
+
+
+def _summary(out: dict[str, float], role: str) -> str:
+    keys = {
+        "generator": (
+            "generator/accuracy",
+            "generator/reward/mean",
+            "generator/alpha",
+            "generator/train/loss",
+        ),
+        "verifier": (
+            "verifier/verdict_accuracy",
+            "verifier/reward/mean",
+            "verifier/f1",
+            "verifier/train/loss",
+        ),
+    }[role] + ("eval/generator/accuracy", "eval/verifier/verdict_accuracy", "perf/step_s")
+    return " ".join(f"{k.split('/', 1)[1]}={out[k]:.3f}" for k in keys if k in out)

@@ -1,0 +1,92 @@
+"""Which model trains at each global step (TANGO_SPEC §1.2).
+
+Global steps count from 1. Each is exactly one of a generator step (G) or a verifier step (V):
+
+    1 .. Wg                 generator warm-up: G steps on the rule-based reward only
+    Wg+1 .. Wg+Wv           verifier warm-up: V steps on the frozen initial generator
+    then                    [G x N_g, V x N_v] repeated (or [V x N_v, G x N_g] if the
+                            initial mode is the verifier)
+
+With the verifier disabled (plain GRPO) or frozen (the "fixed verifier" ablation) every step
+after the generator warm-up is a G step. The α schedule's horizon is the number of G steps
+after the generator warm-up (`alpha_horizon`), as in the official `_calculate_training_steps`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+
+class Kind(enum.Enum):
+    GENERATOR = "generator"
+    VERIFIER = "verifier"
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    kind: Kind
+    warmup: bool  # generator warm-up (rule reward only) or verifier warm-up
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    total_steps: int
+    verifier_warmup_steps: int = 40
+    generator_warmup_steps: int = 0
+    n_generator_steps: int = 3
+    n_verifier_steps: int = 1
+    initial_mode: Kind = Kind.GENERATOR
+    verifier_trainable: bool = True  # False: verifier disabled or frozen -> no V steps
+
+    def __post_init__(self):
+        if self.total_steps < 1:
+            raise ValueError(f"schedule.total_steps ({self.total_steps}) must be >= 1.")
+        for name in ("verifier_warmup_steps", "generator_warmup_steps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"schedule.{name} ({getattr(self, name)}) must be >= 0.")
+        if self.verifier_trainable and (self.n_generator_steps < 1 or self.n_verifier_steps < 1):
+            raise ValueError(
+                f"schedule.n_generator_steps ({self.n_generator_steps}) and n_verifier_steps "
+                f"({self.n_verifier_steps}) must both be >= 1 when the verifier trains."
+            )
+        if not self.verifier_trainable and self.verifier_warmup_steps:
+            raise ValueError(
+                f"schedule.verifier_warmup_steps ({self.verifier_warmup_steps}) must be 0 when the "
+                "verifier is disabled or frozen (there is no verifier to warm up); otherwise those "
+                "steps would silently shrink the generator's budget."
+            )
+
+    def phase(self, step: int) -> Phase:
+        """The phase of global step `step` (1-based)."""
+        if not 1 <= step <= self.total_steps:
+            raise ValueError(f"step {step} is outside 1..{self.total_steps}.")
+        if step <= self.generator_warmup_steps:
+            return Phase(Kind.GENERATOR, warmup=True)
+        if step <= self.generator_warmup_steps + self.verifier_warmup_steps:
+            return Phase(Kind.VERIFIER, warmup=True)
+        if not self.verifier_trainable:
+            return Phase(Kind.GENERATOR, warmup=False)
+        pos = step - self.generator_warmup_steps - self.verifier_warmup_steps - 1
+        cycle = self.n_generator_steps + self.n_verifier_steps
+        first, first_len = (
+            (Kind.GENERATOR, self.n_generator_steps)
+            if self.initial_mode is Kind.GENERATOR
+            else (Kind.VERIFIER, self.n_verifier_steps)
+        )
+        second = Kind.VERIFIER if first is Kind.GENERATOR else Kind.GENERATOR
+        return Phase(first if pos % cycle < first_len else second, warmup=False)
+
+    def count(self, kind: Kind, upto: int | None = None) -> int:
+        """Number of `kind` steps among global steps 1..upto (default: all)."""
+        upto = self.total_steps if upto is None else upto
+        return sum(self.phase(s).kind is kind for s in range(1, upto + 1))
+
+    @property
+    def generator_steps(self) -> int:
+        return self.count(Kind.GENERATOR)
+
+    @property
+    def alpha_horizon(self) -> int:
+        """T_g of the α schedule: generator steps after the generator warm-up (>= 1)."""
+        return max(1, self.generator_steps - self.generator_warmup_steps)

@@ -1,0 +1,270 @@
+"""One generator step and one verifier step, exactly as TANGO_SPEC §1.3 and §1.4 order them.
+
+Generator step: n rollouts per prompt from the current generator -> rule-based outcome
+rewards -> NV verifications of each rollout by the current verifier -> step rewards ±1/K at
+step-end tokens -> advantages (outcome ⊕ α·step) -> one update of the generator -> weight sync.
+
+Verifier step: 1 rollout per prompt from the current generator -> its rule-based correctness ->
+n verifications of each by the current verifier -> verifier rewards -> outcome advantages
+× class weights (EMA of correct/incorrect counts) -> one update of the verifier -> weight sync.
+
+Both return flat metrics with hierarchical names; timings go to `perf/<phase>_s`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import jax.numpy as jnp
+import numpy as np
+
+from tango_jax.config import RunConfig
+from tango_jax.data.datasets import Problem
+from tango_jax.metrics import PhaseTimer
+from tango_jax.rl import advantages as adv
+from tango_jax.rl.batch import TrainBatch, make_batch
+from tango_jax.rollout.drift import logprob_drift
+from tango_jax.tango import feedback, formats
+from tango_jax.tango.rewards import OutcomeScorer
+from tango_jax.tango.roles import Role
+
+
+def step_seed(run_seed: int, step: int, purpose: int) -> int:
+    """Sampling seed of one rollout call: a pure function of (run seed, global step, purpose),
+    so a resumed run samples exactly what an uninterrupted one would."""
+    return int(np.random.SeedSequence([run_seed, step, purpose]).generate_state(1)[0] >> 1)
+
+
+@dataclasses.dataclass
+class StepContext:
+    cfg: RunConfig
+    generator: Role
+    verifier: Role | None
+    scorer: OutcomeScorer
+    alpha: adv.AlphaSchedule
+
+
+def _mean(xs) -> float:
+    xs = list(xs)
+    return float(np.mean(xs)) if xs else 0.0
+
+
+def _rollout_metrics(prefix: str, completions) -> dict[str, float]:
+    lengths = [len(c.token_ids) for c in completions]
+    return {
+        f"{prefix}/response_len/mean": _mean(lengths),
+        f"{prefix}/response_len/max": float(max(lengths, default=0)),
+        f"{prefix}/clip_frac": _mean(c.finish_reason.value == "length" for c in completions),
+    }
+
+
+def _train(role: Role, batch: TrainBatch, timer: PhaseTimer) -> dict[str, float]:
+    """One update of `role` on `batch`, then the weight sync; train/drift/sync metrics."""
+    with timer("train"):
+        metrics, logp = role.trainer.step(batch)
+    role.version += 1
+    with timer("sync"):
+        sync = role.sync()
+    out = {f"{role.name}/train/{k}": v for k, v in metrics.items()}
+    out |= {f"{role.name}/sync/{k}": v for k, v in sync.items()}
+    drift = logprob_drift(batch.sampler_logprobs, logp, batch.response_mask)
+    out |= {f"{role.name}/{k}": float(v) for k, v in drift.items()}
+    return out
+
+
+def _batch(role: Role, problems_prompts, completions, **kw) -> TrainBatch:
+    return make_batch(
+        [p.token_ids for p in problems_prompts],
+        [c.token_ids for c in completions],
+        sampler_logprobs=[c.logprobs for c in completions],
+        pad_id=role.model.config.pad_token_id or 0,
+        prompt_bucket=role.config.sampler.prompt_bucket,
+        response_bucket=role.config.response_bucket,
+        **kw,
+    )
+
+
+def generator_step(
+    ctx: StepContext,
+    problems: Sequence[Problem],
+    *,
+    global_step: int,
+    update_index: int,
+    warmup: bool,
+    timer: PhaseTimer,
+) -> dict[str, float]:
+    """One generator update. `update_index`: generator updates done before this one (sets α);
+    `warmup`: generator warm-up (rule-based reward only)."""
+    cfg, gen, ver = ctx.cfg, ctx.generator, ctx.verifier
+    alg = cfg.algorithm
+    n = gen.config.rollout.n
+    prompts = [
+        gen.encode(formats.render_generator_prompt(p.question, style=cfg.data.prompt_style))
+        for p in problems
+    ]
+    with timer("generate"):
+        outs = gen.sampler.generate(prompts, gen.train_params(step_seed(cfg.seed, global_step, 0)))
+    with timer("reward"):
+        solutions, reward_metrics = feedback.score_solutions(
+            ctx.scorer, problems, outs, timeout_s=cfg.scorer_timeout_s
+        )
+    completions = [s.completion for s in solutions]
+    metrics = {f"generator/{k}": v for k, v in reward_metrics.items()}
+    use_verifier = (
+        ver is not None and not warmup and (alg.step_rewards or alg.ground_truth_weight < 1.0)
+    )
+    judged = None
+    if use_verifier:
+        with timer("verify"):
+            judged = feedback.judge(
+                ver,
+                solutions,
+                feedback.verifier_prompts(ver, solutions, cfg.data.prompt_style),
+                n=alg.verifications_per_response,
+                seed=step_seed(cfg.seed, global_step, 1),
+                format_weight=alg.verifier_format_weight,
+            )
+        verdicts = [row[0].verification.verdict for row in judged]
+        metrics |= {
+            f"generator/feedback/{k}": v
+            for k, v in feedback.verdict_metrics([s.correct for s in solutions], verdicts).items()
+        }
+    rewards_b = _generator_rewards(solutions, judged, alg)
+    batch = _batch(gen, [p for p in prompts for _ in range(n)], completions)
+    weights = (1.0, 0.0) if warmup else ctx.alpha.weights(update_index)
+    step_r = step_m = None
+    if judged is not None and alg.step_rewards:
+        step_r, step_m, step_stats = feedback.step_reward_arrays(
+            solutions, judged, gen.tokenizer, batch.response_mask.shape[1]
+        )
+        metrics |= {f"generator/{k}": v for k, v in step_stats.items()}
+    a, a_out, a_step = adv.generator_advantages(
+        alg.estimator,
+        jnp.asarray(rewards_b),
+        jnp.asarray(batch.response_mask),
+        n,
+        weights,
+        None if step_r is None else jnp.asarray(step_r),
+        None if step_m is None else jnp.asarray(step_m),
+        eps=alg.eps,
+        rloo_step_scale=alg.rloo_step_scale,
+        reinforce_pp_baseline=alg.reinforce_pp_baseline,
+    )
+    batch = dataclasses.replace(batch, advantages=np.asarray(a, np.float32))
+    metrics |= _train(gen, batch, timer)
+    mask = batch.response_mask > 0
+    metrics |= {
+        "generator/reward/mean": float(rewards_b.mean()),
+        "generator/accuracy": _mean(s.correct for s in solutions),
+        "generator/format_score": _mean(s.format_score for s in solutions),
+        "generator/num_steps/mean": _mean(len(s.steps) for s in solutions),
+        "generator/alpha": weights[1] if alg.alpha.kind is not adv.AlphaScheduleKind.NONE else 0.0,
+        "generator/adv/outcome_abs": float(np.abs(np.asarray(a_out))[mask].mean()),
+        "generator/adv/step_abs": float(np.abs(np.asarray(a_step))[mask].mean()),
+        "generator/warmup": float(warmup),
+    } | _rollout_metrics("generator", completions)
+    return metrics
+
+
+def _generator_rewards(solutions, judged, alg) -> np.ndarray:
+    """Token score of each rollout (TANGO_SPEC §2.5): gtw·r_out + (1-gtw)·verdict where the
+    verdict parses, else r_out; plus the (official: zero) format weight."""
+    out = np.asarray([s.reward for s in solutions], np.float32)
+    if judged is not None and alg.ground_truth_weight < 1.0:
+        gtw = alg.ground_truth_weight
+        for i, row in enumerate(judged):
+            verdict = row[0].verification.verdict
+            if verdict is not None:
+                out[i] = gtw * out[i] + (1 - gtw) * float(verdict)
+    if alg.generator_format_weight:
+        out += alg.generator_format_weight * np.asarray([s.format_score for s in solutions])
+    return out
+
+
+def verifier_step(
+    ctx: StepContext,
+    problems: Sequence[Problem],
+    *,
+    global_step: int,
+    class_state: adv.ClassBalanceState,
+    timer: PhaseTimer,
+) -> tuple[dict[str, float], adv.ClassBalanceState]:
+    """One verifier update; returns metrics and the updated class-balance EMA."""
+    cfg, gen, ver = ctx.cfg, ctx.generator, ctx.verifier
+    alg = cfg.algorithm
+    n = ver.config.rollout.n
+    prompts = [
+        gen.encode(formats.render_generator_prompt(p.question, style=cfg.data.prompt_style))
+        for p in problems
+    ]
+    with timer("generate"):
+        outs = gen.sampler.generate(
+            prompts, gen.train_params(step_seed(cfg.seed, global_step, 2), n=1)
+        )
+    with timer("reward"):
+        solutions, reward_metrics = feedback.score_solutions(
+            ctx.scorer, problems, outs, timeout_s=cfg.scorer_timeout_s
+        )
+    ver_prompts = feedback.verifier_prompts(ver, solutions, cfg.data.prompt_style)
+    with timer("verify"):
+        judged = feedback.judge(
+            ver,
+            solutions,
+            ver_prompts,
+            n=n,
+            seed=step_seed(cfg.seed, global_step, 3),
+            format_weight=alg.verifier_format_weight,
+        )
+    flat = [j for row in judged for j in row]  # solution-major: rows i*n .. i*n+n-1
+    labels = np.repeat([s.correct for s in solutions], n)
+    rewards_v = np.asarray([j.reward for j in flat], np.float32)
+    weights = None
+    if alg.class_reweight is not None:
+        class_state = adv.update_class_balance(class_state, labels, alg.class_ema_decay)
+        weights = adv.class_weights(class_state, labels, alg.class_reweight)
+    batch = _batch(
+        ver,
+        [p for p in ver_prompts for _ in range(n)],
+        [j.completion for j in flat],
+        sample_weights=weights,
+    )
+    a, _, _ = adv.generator_advantages(
+        alg.estimator,
+        jnp.asarray(rewards_v),
+        jnp.asarray(batch.response_mask),
+        n,
+        (1.0, 0.0),
+        eps=alg.eps,
+        reinforce_pp_baseline=alg.reinforce_pp_baseline,
+    )
+    batch = dataclasses.replace(batch, advantages=np.asarray(a, np.float32))
+    metrics = {f"verifier/solutions/{k}": v for k, v in reward_metrics.items()}
+    metrics |= _train(ver, batch, timer)
+    metrics |= {
+        f"verifier/{k}": v
+        for k, v in feedback.verdict_metrics(labels, [j.verification.verdict for j in flat]).items()
+    }
+    metrics |= {
+        "verifier/reward/mean": float(rewards_v.mean()),
+        "verifier/format_score": _mean(j.format_score for j in flat),
+        "verifier/solution_accuracy": _mean(s.correct for s in solutions),
+        "verifier/step_judgments/correct_frac": _mean(
+            x > 0 for j in flat for x in j.verification.step_judgments
+        ),
+        "verifier/step_judgments/k_match": _mean(
+            len(j.verification.step_judgments) == len(s.steps)
+            for s, row in zip(solutions, judged)
+            for j in row
+        ),
+        "verifier/class_ema/pos": class_state.pos_ema,
+        "verifier/class_ema/neg": class_state.neg_ema,
+    } | _rollout_metrics("verifier", [j.completion for j in flat])
+    if weights is not None:
+        metrics["verifier/class_weight/pos"] = (
+            float(weights[labels].mean()) if labels.any() else 0.0
+        )
+        metrics["verifier/class_weight/neg"] = (
+            float(weights[~labels].mean()) if (~labels).any() else 0.0
+        )
+    return metrics, class_state

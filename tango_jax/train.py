@@ -1,0 +1,53 @@
+"""Entry point: `python -m tango_jax.train --config configs/NAME.py [--config.a.b=value ...]`.
+
+Parses the ml_collections config, converts it once into the typed `RunConfig` (a wrong field
+name or value fails here, before any model loads), and runs the Tango loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from tango_jax.config import load_run_config
+from tango_jax.config_types import ConfigError
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config",
+    None,
+    "Path to a config file in configs/ (e.g. configs/tiny_arith.py).",
+    lock_config=True,
+)
+flags.mark_flags_as_required(["config"])
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(
+            f"unexpected arguments {argv[1:]}; use --config.a.b=value to override."
+        )
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(message)s",
+        stream=sys.stdout,
+        force=True,
+    )
+    try:
+        cfg = load_run_config(_CONFIG.value)
+    except ConfigError as e:
+        sys.exit(f"config error: {e}")
+    from tango_jax.tango.loop import TangoLoop  # heavy imports only after the config is valid
+
+    final = TangoLoop(cfg).run()
+    logging.info(
+        "finished %s: %s",
+        cfg.name,
+        " ".join(f"{k}={v:.4f}" for k, v in sorted(final.items()) if k.startswith("eval/")),
+    )
+
+
+if __name__ == "__main__":
+    app.run(main)
