@@ -5,8 +5,9 @@
 
 The corpus is what the tiny models read and write, in proportion: for `--examples` synthetic
 problems (tango_jax.data.synthetic, default difficulty), the generator prompt (training and
-evaluation variants), the reference solution and a solution with a slip, the verifier prompt for
-each, and their outcome-only verification transcripts. The BPE merges therefore go to the
+evaluation variants) in both prompt styles (full and compact, formats.PromptStyle), the reference
+solution and a solution with a slip, the verifier prompt for each in both styles, and their
+outcome-only verification transcripts. The BPE merges therefore go to the
 template's frequent words and to the task's tags and phrases ("<step>", "\\boxed{", " then ",
 "multiply by"), which is where the tokens are spent. Digits stay single tokens (the
 pre-tokenizer splits them before BPE sees them).
@@ -38,12 +39,14 @@ def corpus(num_examples: int, config: synthetic.ArithConfig) -> Iterator[str]:
     """The texts of `num_examples` synthetic problems, in the formats the models see."""
     for i in range(num_examples):
         problem = synthetic.problem_at(config, i, seed=SEED, purpose="tokenizer")
-        yield formats.render_generator_prompt(problem.question)
-        yield formats.render_generator_prompt(problem.question, evaluation=True)
+        for style in formats.PromptStyle:
+            yield formats.render_generator_prompt(problem.question, style=style)
+            yield formats.render_generator_prompt(problem.question, evaluation=True, style=style)
         slipped = synthetic.slipped_solution(problem, seed=SEED)
         for solution in (synthetic.reference_solution(problem), slipped):
             yield solution.text
-            yield formats.render_verifier_prompt(problem.question, solution.text)
+            for style in formats.PromptStyle:
+                yield formats.render_verifier_prompt(problem.question, solution.text, style=style)
             yield synthetic.verification_transcript(solution)
 
 
@@ -63,9 +66,13 @@ def token_counts(tokenizer, num_examples: int, config: synthetic.ArithConfig) ->
             else synthetic.reference_solution(problem)
         )
         count("question", problem.question)
-        count("generator prompt", formats.render_generator_prompt(problem.question))
+        for style in formats.PromptStyle:
+            prompt = formats.render_generator_prompt(problem.question, style=style)
+            count(f"generator prompt ({style.value})", prompt)
         count("generator response", solution.text)
-        count("verifier prompt", formats.render_verifier_prompt(problem.question, solution.text))
+        for style in formats.PromptStyle:
+            prompt = formats.render_verifier_prompt(problem.question, solution.text, style=style)
+            count(f"verifier prompt ({style.value})", prompt)
         count("verifier response", synthetic.verification_transcript(solution))
     return {kind: statistics.mean(values) for kind, values in kinds.items()}
 
@@ -98,7 +105,7 @@ def main() -> None:
     counts = token_counts(load_tokenizer(args.out), 200, synthetic.ArithConfig())
     print(f"wrote {args.out}; mean tokens over 200 held-out problems (half with a slip):")
     for kind, value in counts.items():
-        print(f"  {kind:20s} {value:7.1f}")
+        print(f"  {kind:28s} {value:7.1f}")
 
 
 if __name__ == "__main__":

@@ -221,6 +221,20 @@ def test_generator_sft_examples():
     assert all(e.correct for e in none)
 
 
+@pytest.mark.parametrize("make", [S.generator_sft_examples, S.verifier_sft_examples])
+def test_sft_prompts_follow_the_prompt_style(make):
+    """SFT prompts must be the prompts RL will use: the same style, the same texts otherwise."""
+    full = make(CONFIG, 5, seed=4)
+    compact = make(CONFIG, 5, seed=4, style=F.PromptStyle.COMPACT)
+    for a, b in zip(full, compact):
+        assert (a.response, a.correct, a.problem_id) == (b.response, b.correct, b.problem_id)
+        assert len(b.prompt) < len(a.prompt) / 3
+    problem = S.problem_at(CONFIG, 0, seed=4, purpose="sft-generator")
+    if make is S.generator_sft_examples:
+        expected = F.render_generator_prompt(problem.question, style=F.PromptStyle.COMPACT)
+        assert compact[0].prompt == expected
+
+
 def test_verifier_sft_transcripts_carry_the_outcome_label_only():
     examples = S.verifier_sft_examples(CONFIG, 200, seed=3)
     assert abs(sum(e.correct for e in examples) / 200 - CONFIG.verifier_correct_fraction) < 0.12

@@ -352,28 +352,33 @@ def verification_transcript(solution: ArithSolution) -> str:
     return formats.render_verification([judgment] * num_steps, label, analyses)
 
 
-def generator_sft_examples(config: ArithConfig, n: int, *, seed: int) -> list[SFTExample]:
+def generator_sft_examples(
+    config: ArithConfig, n: int, *, seed: int, style: formats.PromptStyle = formats.PromptStyle.FULL
+) -> list[SFTExample]:
     """`n` (generator prompt, solution) pairs from the training split; `slip_fraction` of the
-    solutions have one slip."""
+    solutions have one slip. `style`: the prompt template, the one the RL prompts use."""
     out = []
     for i in range(n):
         problem = problem_at(config, i, seed=seed, purpose="sft-generator")
         slip = _Draws("sft-generator-slip", seed, i).chance(config.slip_fraction)
         solution = slipped_solution(problem, seed=seed) if slip else reference_solution(problem)
-        prompt = formats.render_generator_prompt(problem.question)
+        prompt = formats.render_generator_prompt(problem.question, style=style)
         out.append(SFTExample(prompt, solution.text, solution.correct, problem.id))
     return out
 
 
-def verifier_sft_examples(config: ArithConfig, n: int, *, seed: int) -> list[SFTExample]:
+def verifier_sft_examples(
+    config: ArithConfig, n: int, *, seed: int, style: formats.PromptStyle = formats.PromptStyle.FULL
+) -> list[SFTExample]:
     """`n` (verifier prompt, outcome-only transcript) pairs from the training split;
-    `verifier_correct_fraction` of the verified solutions are correct, the rest have one slip."""
+    `verifier_correct_fraction` of the verified solutions are correct, the rest have one slip.
+    `style`: the prompt template, the one the RL prompts use."""
     out = []
     for i in range(n):
         problem = problem_at(config, i, seed=seed, purpose="sft-verifier")
         correct = _Draws("sft-verifier-slip", seed, i).chance(config.verifier_correct_fraction)
         solution = reference_solution(problem) if correct else slipped_solution(problem, seed=seed)
-        prompt = formats.render_verifier_prompt(problem.question, solution.text)
+        prompt = formats.render_verifier_prompt(problem.question, solution.text, style=style)
         out.append(SFTExample(prompt, verification_transcript(solution), correct, problem.id))
     return out
 
