@@ -180,6 +180,10 @@ class SFTStage:
     steps: int = 0
     batch_size: int = 64
     trainer: TrainerConfig = TrainerConfig()
+    # JSONL of SFT records: {"prompt", "response"}, or {"question", "response"} (generator:
+    # the prompt is the generator template) / {"question", "solution", "response"} (verifier).
+    # Empty: the synthetic task's SFT set (data.source = synthetic).
+    data_path: str = ""
     num_examples: int = 20_000  # synthetic SFT set size (tiny configs)
 
 

@@ -30,11 +30,14 @@ def main(argv: list[str]) -> None:
             f"unexpected arguments {argv[1:]}; use --config.a.b=value to override."
         )
     logging.basicConfig(
-        level=logging.INFO,
+        level=logging.WARNING,
         format="%(asctime)s %(levelname)s %(message)s",
         stream=sys.stdout,
         force=True,
     )
+    # Our progress at INFO (tango_jax.* loggers); libraries (orbax, jax, absl) only warnings.
+    logging.getLogger("tango_jax").setLevel(logging.INFO)
+    logging.getLogger("absl").setLevel(logging.WARNING)
     try:
         cfg = load_run_config(_CONFIG.value)
     except ConfigError as e:
@@ -42,7 +45,7 @@ def main(argv: list[str]) -> None:
     from tango_jax.tango.loop import TangoLoop  # heavy imports only after the config is valid
 
     final = TangoLoop(cfg).run()
-    logging.info(
+    logging.getLogger("tango_jax").info(
         "finished %s: %s",
         cfg.name,
         " ".join(f"{k}={v:.4f}" for k, v in sorted(final.items()) if k.startswith("eval/")),

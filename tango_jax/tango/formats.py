@@ -137,9 +137,9 @@ Your Verification:
 
 # Compact variants for the tiny configs: the same structure (role line; problem and solution;
 # the step count; the closing cue) without the format specification and worked example, which
-# a model learns from its format SFT anyway. The full templates cost ~1k (generator) and ~3k
-# (verifier) tokens of the tiny 512-token vocabulary, more than a 2-layer model on a CPU can
-# afford per rollout; the compact ones a few dozen.
+# a model learns from its format SFT anyway. With the tiny 512-token vocabulary the full
+# templates cost ~495 (generator) and ~1045 (verifier) prompt tokens on the synthetic task,
+# several times a tiny model's whole response; the compact ones ~66 and ~133.
 _GENERATOR_TEMPLATE_COMPACT = r"""Solve the problem step by step: <think><step>...</step>...</think><answer>\boxed{}</answer>
 
 User: {question}

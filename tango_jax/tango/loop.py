@@ -33,6 +33,7 @@ from tango_jax.models import save_pretrained
 from tango_jax.models.tiny import write_tiny_checkpoint
 from tango_jax.parallel.mesh import make_mesh
 from tango_jax.rl.advantages import AlphaSchedule, ClassBalanceState
+from tango_jax.tango import formats
 from tango_jax.tango.evaluation import evaluate
 from tango_jax.tango.roles import Role, build_role
 from tango_jax.tango.schedule import Kind, Schedule
@@ -93,18 +94,26 @@ class TangoLoop:
 
     def _sft_examples(self, role: str) -> list[tuple[str, str]]:
         stage = getattr(self.cfg.sft, role)
+        style = self.cfg.data.prompt_style
+        if stage.data_path:
+            return sft_records(stage.data_path, role, style)
         if self.cfg.data.source is not DataSource.SYNTHETIC:
             raise ValueError(
-                f"sft.{role}.enable needs SFT data: the built-in SFT sets exist for the synthetic "
-                "task only. For real data, fine-tune beforehand and set "
-                f"{role}.model.path to the SFT checkpoint (TANGO_SPEC §5)."
+                f"sft.{role}.enable needs SFT data: set sft.{role}.data_path to a JSONL of "
+                "{question, response} records (the built-in SFT sets exist for the synthetic "
+                "task only)."
             )
         make = (
             synthetic.generator_sft_examples
             if role == "generator"
             else synthetic.verifier_sft_examples
         )
-        examples = make(self.cfg.data.arith, stage.num_examples, seed=self.cfg.seed)
+        examples = make(
+            self.cfg.data.arith,
+            stage.num_examples,
+            seed=self.cfg.seed,
+            style=self.cfg.data.prompt_style,
+        )
         return [(e.prompt, e.response) for e in examples]
 
     def _rl_start_path(self, role: str) -> Path:
@@ -348,6 +357,31 @@ class TangoLoop:
         return (step == self.schedule.total_steps and c.at_end) or (
             c.every_steps > 0 and step % c.every_steps == 0
         )
+
+
+def sft_records(path: str, role: str, style: formats.PromptStyle) -> list[tuple[str, str]]:
+    """(prompt, response) pairs from a JSONL file (see `SFTStage.data_path`)."""
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"sft.{role}.data_path: {file} does not exist.")
+    out = []
+    for i, line in enumerate(file.read_text().splitlines()):
+        if not line.strip():
+            continue
+        rec = json.loads(line)
+        if "response" not in rec:
+            raise ValueError(f"{file}: record {i} has no 'response' field.")
+        if "prompt" in rec:
+            prompt = rec["prompt"]
+        elif role == "generator" and "question" in rec:
+            prompt = formats.render_generator_prompt(rec["question"], style=style)
+        elif role == "verifier" and {"question", "solution"} <= rec.keys():
+            prompt = formats.render_verifier_prompt(rec["question"], rec["solution"], style=style)
+        else:
+            need = "'question'" if role == "generator" else "'question' and 'solution'"
+            raise ValueError(f"{file}: record {i} needs 'prompt' or {need} for the {role}.")
+        out.append((prompt, rec["response"]))
+    return out
 
 
 def _summary(out: dict[str, float], role: str) -> str:

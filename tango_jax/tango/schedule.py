@@ -40,8 +40,10 @@ class Schedule:
     verifier_trainable: bool = True  # False: verifier disabled or frozen -> no V steps
 
     def __post_init__(self):
-        if self.total_steps < 1:
-            raise ValueError(f"schedule.total_steps ({self.total_steps}) must be >= 1.")
+        if self.total_steps < 0:
+            raise ValueError(
+                f"schedule.total_steps ({self.total_steps}) must be >= 0 (0: SFT only)."
+            )
         for name in ("verifier_warmup_steps", "generator_warmup_steps"):
             if getattr(self, name) < 0:
                 raise ValueError(f"schedule.{name} ({getattr(self, name)}) must be >= 0.")

@@ -1,0 +1,25 @@
+"""Table 4: Llama-3.1-8B-Instruct in both roles, GRPO w/ Tango (TANGO_SPEC §7, App. E).
+
+The generator starts from its SFT (configs/sft_qwen2_5_math_7b.py with
+--config.generator.model.path=models/Llama-3.1-8B-Instruct); the verifier from
+Llama-3.1-8B-Instruct itself. Everything else as configs/tango_qwen2_5_math_7b.py, whose
+docstring shows how to launch the vLLM servers:
+
+    python -m tango_jax.train --config configs/tango_llama3_1_8b.py \\
+        --config.data.train_path=data/eurus2/train.parquet \\
+        --config.data.eval_path=data/math500/test.jsonl
+"""
+
+from tango_jax import config_builders as cb
+
+
+def get_config():
+    c = cb.sibling_config(__file__, "tango_qwen2_5_math_7b").get_config()
+    c.name = "tango_llama3_1_8b"
+    c.run_dir = "runs/tango_llama3_1_8b"
+    c.generator.model.path = "models/Llama-3.1-8B-Instruct-SFT"
+    c.verifier.model.path = "models/Llama-3.1-8B-Instruct"
+    # Llama-3.1's 128K context holds both roles' prompt + response budgets.
+    c.generator.sampler.vllm.max_model_len = 4096
+    c.verifier.sampler.vllm.max_model_len = 8192
+    return c

@@ -1,0 +1,94 @@
+"""The paper's main setting (TANGO_SPEC §6): TANGO-Qwen-7B, GRPO w/ Tango.
+
+Generator: Qwen2.5-Math-7B after SFT (configs/sft_qwen2_5_math_7b.py); verifier: Qwen2.5-7B
+base, no SFT. 40 verifier warm-up steps, then [G, G, G, V]; 256 prompts per step, 5 rollouts
+(generator, T=1, <= 2048 tokens) or 5 verifications (verifier, <= 4096 tokens); AdamW lr 1e-6
+constant; PPO-clip 0.2 (inert at one step per batch), k3 KL 0.001, entropy 0.001; α from 0.1 to
+1e-3 exponentially; verifier rewards 1[verdict] + 0.8·format with sqrt-inverse class weights.
+The paper's default is 200 generator steps (Table 1; total_steps ≈ 307); the released script
+(and Table 2) uses 440 global steps = 300 generator steps, as here.
+
+Hardware (paper: 4 x 8 A100, colocated). tango_jax keeps training and sampling apart: one
+8-GPU node trains both models (FSDP over 8), and vLLM servers on the other nodes sample, e.g.
+per role 6 replicas x TP 2 on 12 GPUs:
+
+    # on each sampling node (prints the URLs):
+    python scripts/launch_vllm.py --model models/Qwen2.5-Math-7B-SFT --devices 0,1 2,3 4,5 \\
+        --tensor-parallel-size 2 --backend nccl --dtype bfloat16 --host 0.0.0.0 \\
+        --api-key-env TANGO_VLLM_KEY
+    # on the training node:
+    python -m tango_jax.train --config configs/tango_qwen2_5_math_7b.py \\
+        --config.generator.model.path=models/Qwen2.5-Math-7B-SFT \\
+        --config.verifier.model.path=models/Qwen2.5-7B \\
+        --config.data.train_path=data/eurus2/train.parquet \\
+        --config.data.eval_path=data/math500/test.jsonl \\
+        --config.generator.sampler.vllm.urls='("http://node1:8000","http://node1:8001")' \\
+        --config.generator.sampler.vllm.api_key=$TANGO_VLLM_KEY \\
+        --config.generator.sampler.vllm.master_address=<this node's address> ...
+
+(or set sampler.vllm.replicas / devices to let the trainer start servers on its own node's
+spare GPUs). Models and data are local paths: download them beforehand on a machine with
+internet (`huggingface-cli download Qwen/Qwen2.5-7B --local-dir models/Qwen2.5-7B`,
+`huggingface-cli download --repo-type dataset PRIME-RL/Eurus-2-RL-Data --local-dir ...`).
+Every field is documented in tango_jax/config_builders.py.
+"""
+
+from ml_collections import config_dict
+
+from tango_jax import config_builders as cb
+
+
+def _role(path, *, max_tokens, max_prompt_len):
+    return cb.role(
+        path=path,
+        dtype="bfloat16",
+        param_dtype="float32",
+        remat=True,
+        n=5,
+        max_tokens=max_tokens,
+        max_prompt_len=max_prompt_len,
+        response_bucket=256,
+        prompt_bucket=256,
+        backend="vllm",
+        vllm_settings=cb.vllm(
+            backend="nccl",
+            dtype="bfloat16",
+            tensor_parallel_size=2,
+            gpu_memory_utilization=0.6,
+            max_model_len=max_prompt_len + max_tokens,
+        ),
+        # micro-batch 4 per GPU x 8 GPUs (official ppo_micro_batch_size_per_gpu = 4)
+        trainer_settings=cb.trainer(1e-6, micro_batch_size=32),
+    )
+
+
+def get_config():
+    c = config_dict.ConfigDict()
+    cb.run(
+        c,
+        name="tango_qwen2_5_math_7b",
+        run_dir="runs/tango_qwen2_5_math_7b",
+        eval_every=10,
+        checkpoint_every=50,
+        keep=3,
+        scorer_workers=8,
+    )
+    c.mesh = dict(data=1, fsdp=-1, tensor=1)  # FSDP over all local GPUs
+    # Generator: the SFT checkpoint (TANGO_SPEC §5), 2048 new tokens; verifier: the base model,
+    # no SFT (paper §4), 4096 new tokens on prompts right-truncated at 4096.
+    c.generator = _role("models/Qwen2.5-Math-7B-SFT", max_tokens=2048, max_prompt_len=2048)
+    c.verifier = _role("models/Qwen2.5-7B", max_tokens=4096, max_prompt_len=4096)
+    c.algorithm = cb.algorithm(estimator="grpo", step_rewards=True, alpha0=0.1)
+    c.schedule = cb.schedule(total_steps=440, verifier_warmup_steps=40)
+    c.data = cb.data(
+        source="eurus2",
+        train_path="data/eurus2/train.parquet",
+        eval_path="data/math500/test.jsonl",
+        question_field="problem",
+        answer_field="answer",
+        prompts_per_step=256,
+        eval_size=500,
+        prompt_style="full",
+    )
+    c.sft = dict(generator=cb.sft(enable=False), verifier=cb.sft(enable=False))
+    return c

@@ -1,0 +1,113 @@
+"""Config files -> typed RunConfig: every shipped config loads; bad fields fail by name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from ml_collections import config_dict
+
+from tango_jax import config_builders as cb
+from tango_jax.config import RunConfig, SamplerBackend, load_run_config
+from tango_jax.config_types import ConfigError, from_dict, to_dict
+from tango_jax.rl.advantages import AdvantageEstimator
+from tango_jax.tango.loop import make_schedule
+from tango_jax.tango.schedule import Kind
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+def _load(name: str, variant: str | None = None):
+    module = cb.sibling_config(str(CONFIGS / "x.py"), name)
+    return module.get_config() if variant is None else module.get_config(variant)
+
+
+ALL = (
+    [("tiny_arith", v) for v in ("tango", "grpo", "fixed_verifier")]
+    + [("tango_qwen2_5_math_7b", None), ("tango_llama3_1_8b", None), ("sft_qwen2_5_math_7b", None)]
+    + [
+        ("baselines_qwen2_5_math_7b", v)
+        for v in (
+            "grpo",
+            "fixed_verifier",
+            "rloo",
+            "rloo_tango",
+            "reinforce_pp",
+            "reinforce_pp_tango",
+        )
+    ]
+)
+
+
+@pytest.mark.parametrize("name, variant", ALL)
+def test_every_shipped_config_validates(name, variant):
+    cfg = load_run_config(_load(name, variant))
+    make_schedule(cfg)  # schedule constraints hold too
+    assert from_dict(RunConfig, to_dict(cfg)) == cfg  # round trip through plain data
+
+
+def test_baseline_variants_mean_what_they_say():
+    grpo = load_run_config(_load("baselines_qwen2_5_math_7b", "grpo"))
+    assert not grpo.verifier.enable and make_schedule(grpo).count(Kind.GENERATOR) == 300
+    tango = load_run_config(_load("tango_qwen2_5_math_7b"))
+    assert make_schedule(tango).count(Kind.GENERATOR) == 300
+    assert tango.generator.sampler.backend is SamplerBackend.VLLM
+    rpp = load_run_config(_load("baselines_qwen2_5_math_7b", "reinforce_pp_tango"))
+    assert rpp.algorithm.estimator is AdvantageEstimator.REINFORCE_PP
+    assert rpp.algorithm.alpha.alpha0 == 0.5 and rpp.generator.trainer.loss.entropy_coef == 0
+    fixed = load_run_config(_load("baselines_qwen2_5_math_7b", "fixed_verifier"))
+    assert fixed.verifier.enable and not fixed.verifier.trainable and fixed.algorithm.step_rewards
+
+
+def _tiny():
+    return _load("tiny_arith").to_dict()
+
+
+def test_unknown_field_is_named_with_suggestion():
+    d = _tiny()
+    d["generator"]["rollout"]["temprature"] = 0.5
+    with pytest.raises(
+        ConfigError,
+        match="config.generator.rollout.temprature: unknown field. Did you mean 'temperature'",
+    ):
+        load_run_config(d)
+
+
+@pytest.mark.parametrize(
+    "path, value, message",
+    [
+        (("algorithm", "estimator"), "ppo", "config.algorithm.estimator: 'ppo' is not one of"),
+        (("schedule", "total_steps"), 2.5, "config.schedule.total_steps: expected an integer"),
+        (("generator", "remat"), "yes", "config.generator.remat: expected true/false"),
+        (("verifier", "trainer", "loss", "dual_clip"), "x", "dual_clip"),
+        (("data", "arith", "ops"), ["add", "pow"], "config.data.arith.ops\\[1\\]: 'pow'"),
+    ],
+)
+def test_bad_values_are_named(path, value, message):
+    d = _tiny()
+    node = d
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    with pytest.raises(ConfigError, match=message):
+        load_run_config(d)
+
+
+def test_cross_field_errors():
+    d = _tiny()
+    d["verifier"]["enable"] = False
+    with pytest.raises(ConfigError, match="verifier.trainable"):
+        load_run_config(d)
+    d = _tiny()
+    d["generator"]["model"]["path"] = "/some/dir"  # and preset is set too
+    with pytest.raises(ConfigError, match="exactly one of path"):
+        load_run_config(d)
+
+
+def test_command_line_overrides_reach_the_typed_config():
+    c = _load("tiny_arith")
+    c.generator.rollout.n = 8
+    c.verifier.trainer.loss.tis_cap = 2.0
+    cfg = load_run_config(c)
+    assert cfg.generator.rollout.n == 8 and cfg.verifier.trainer.loss.tis_cap == 2.0
+    assert isinstance(c, config_dict.ConfigDict)

