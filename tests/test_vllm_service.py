@@ -85,6 +85,15 @@ def test_blocked_module_is_unimportable_in_the_server_environment():
     assert run.returncode != 0 and "blocked in this vLLM server" in run.stderr
 
 
+def test_an_absent_module_gets_no_stub():
+    """vLLM reads the metadata of optional packages it finds; a stub for an uninstalled one
+    (torchcodec after scripts/setup.sh removes it) would crash the server instead."""
+    env = server_env(
+        VLLMServerConfig(model="/ckpt", blocked_modules=("no_such_module_tango",)), base={}
+    )
+    assert "PYTHONPATH" not in env
+
+
 def test_non_loopback_host_requires_a_key():
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("10.0.0.3")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
 import ipaddress
 import json
 import logging
@@ -170,8 +171,11 @@ def server_env(config: VLLMServerConfig, base: Mapping[str, str] | None = None) 
         env["CUDA_VISIBLE_DEVICES"] = config.devices
     if config.cpu_kv_cache_gib is not None:
         env["VLLM_CPU_KVCACHE_SPACE"] = f"{config.cpu_kv_cache_gib:g}"
-    if config.blocked_modules:
-        stubs = _module_stubs(config.blocked_modules)
+    # Only block what is installed: vLLM probes optional packages with find_spec and then reads
+    # their metadata, so a stub for an absent package would itself break the server.
+    installed = tuple(m for m in config.blocked_modules if importlib.util.find_spec(m) is not None)
+    if installed:
+        stubs = _module_stubs(installed)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [stubs, env.get("PYTHONPATH")]))
     return env
 
