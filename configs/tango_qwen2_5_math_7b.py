@@ -10,20 +10,20 @@ The paper's default is 200 generator steps (Table 1; total_steps ≈ 307); the r
 
 Hardware (paper: 4 x 8 A100, colocated). tango_jax keeps training and sampling apart: one
 8-GPU node trains both models (FSDP over 8), and vLLM servers on the other nodes sample, e.g.
-per role 6 replicas x TP 2 on 12 GPUs:
+per role 4 replicas x TP 2 on one 8-GPU node:
 
-    # on each sampling node (prints the URLs):
-    python scripts/launch_vllm.py --model models/Qwen2.5-Math-7B-SFT --devices 0,1 2,3 4,5 \\
-        --tensor-parallel-size 2 --backend nccl --dtype bfloat16 --host 0.0.0.0 \\
-        --api-key-env TANGO_VLLM_KEY
+    # on each sampling node: 4 replicas x TP 2 over its 8 GPUs (prints one URL per replica)
+    TANGO_VLLM_KEY=... python scripts/launch_vllm.py --model models/Qwen2.5-Math-7B-SFT \
+        --devices 0,1,2,3,4,5,6,7 --tensor-parallel-size 2 --backend nccl --dtype bfloat16 \
+        --max-model-len 4096 --host 0.0.0.0 --api-key-env TANGO_VLLM_KEY --base-port 8100
     # on the training node:
-    python -m tango_jax.train --config configs/tango_qwen2_5_math_7b.py \\
-        --config.generator.model.path=models/Qwen2.5-Math-7B-SFT \\
-        --config.verifier.model.path=models/Qwen2.5-7B \\
-        --config.data.train_path=data/eurus2/train.parquet \\
-        --config.data.eval_path=data/math500/test.jsonl \\
-        --config.generator.sampler.vllm.urls='("http://node1:8000","http://node1:8001")' \\
-        --config.generator.sampler.vllm.api_key=$TANGO_VLLM_KEY \\
+    python -m tango_jax.train --config configs/tango_qwen2_5_math_7b.py \
+        --config.generator.model.path=models/Qwen2.5-Math-7B-SFT \
+        --config.verifier.model.path=models/Qwen2.5-7B \
+        --config.data.train_path=data/eurus2/train.parquet \
+        --config.data.eval_path=data/math500/test.jsonl \
+        --config.generator.sampler.vllm.urls='("http://node1:8100","http://node1:8101")' \
+        --config.generator.sampler.vllm.api_key=$TANGO_VLLM_KEY \
         --config.generator.sampler.vllm.master_address=<this node's address> ...
 
 (or set sampler.vllm.replicas / devices to let the trainer start servers on its own node's

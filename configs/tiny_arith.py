@@ -76,8 +76,8 @@ def get_config(variant: str = "tango"):
     # Format SFT of both models (the paper SFTs only the generator; its verifier is a 7B base
     # model that can follow the format, which a random tiny model cannot).
     c.sft = dict(
-        generator=cb.sft(steps=300, batch_size=64, lr=3e-3, micro_batch_size=64),
-        verifier=cb.sft(steps=300, batch_size=64, lr=3e-3, micro_batch_size=64),
+        generator=cb.sft(steps=400, batch_size=32, lr=3e-3, micro_batch_size=32),
+        verifier=cb.sft(steps=100, batch_size=32, lr=3e-3, micro_batch_size=32),
     )
     if variant != "tango":  # same generator steps (36), no verifier updates
         c.verifier.trainable = False

@@ -1,6 +1,9 @@
 """Builders of the config dicts that configs/*.py assemble (every field listed and documented
 once, here); the configs pass the values that make each run what it is and say why.
 
+Sequences are tuples, because ml_collections overrides only tuples from the command line:
+`--config.generator.sampler.vllm.urls='("http://a:8100","http://b:8100")'`.
+
 The dicts mirror `tango_jax.config.RunConfig` field for field; `load_run_config` validates
 them. Defaults are the paper's / official script's values (TANGO_SPEC §6).
 """
@@ -90,9 +93,9 @@ def vllm(
 ):
     """A role's vLLM servers (used when sampler.backend = vllm)."""
     return dict(
-        urls=list(urls),  # connect to running servers (scripts/launch_vllm.py); or:
+        urls=tuple(urls),  # connect to running servers (scripts/launch_vllm.py); or:
         replicas=replicas,  # start this many servers, restarted by the sampler on failure
-        devices=list(devices),  # CUDA_VISIBLE_DEVICES per replica, e.g. ["4,5", "6,7"]
+        devices=tuple(devices),  # CUDA_VISIBLE_DEVICES per replica, e.g. ["4,5", "6,7"]
         tensor_parallel_size=tensor_parallel_size,
         host="127.0.0.1",  # loopback unless exposed (then api_key is required)
         port=0,  # first replica's port; 0: free ports
@@ -115,7 +118,7 @@ def vllm(
         max_concurrency=64,  # requests in flight per replica
         max_restarts=2,  # restarts of one replica within one call
         verify_after_sync=True,  # vLLM vs JAX log-probs of a fixed sequence after each sync
-        extra_args=[],  # more `vllm serve` arguments
+        extra_args=(),  # more `vllm serve` arguments
     )
 
 
@@ -247,7 +250,7 @@ def arith(**overrides):
         operand_max=5,  # add/subtract operands in [1, operand_max]
         mul_max=3,  # multiply operands in [2, mul_max]
         value_max=20,  # every intermediate value in [0, value_max]
-        ops=["add", "sub", "mul"],  # add | sub | mul | div (exact division)
+        ops=("add", "sub", "mul"),  # add | sub | mul | div (exact division)
         eval_fraction=0.1,  # share of problems held out (by question hash)
         slip_fraction=0.2,  # generator SFT: share of solutions with one arithmetic slip
         verifier_correct_fraction=0.5,  # verifier SFT: share of correct solutions

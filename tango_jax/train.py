@@ -7,6 +7,7 @@ name or value fails here, before any model loads), and runs the Tango loop.
 from __future__ import annotations
 
 import logging
+import re
 import sys
 
 from absl import app, flags
@@ -52,5 +53,27 @@ def main(argv: list[str]) -> None:
     )
 
 
+def _parse_flags(argv: list[str]) -> list[str]:
+    """absl flag parsing, with ml_collections' errors for overrides of unknown fields (raised
+    as AttributeError / KeyError from deep inside) turned into a one-line config error."""
+    try:
+        return flags.FLAGS(argv)
+    except (AttributeError, KeyError) as e:
+        text = str(e).replace("\\n", " ").replace("\\'", "'").replace("\n", " ")
+        unknown = re.search(r"'(\w+)'", text)
+        name = unknown.group(1) if unknown else "?"
+        hint = re.search(r"Did you mean \"(\w+)\"", text)
+        flags_given = [a.split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")]
+        bad = next(
+            (f for f in flags_given if f.endswith(f".{name}") or f".{name}." in f),
+            f"--config ({name})",
+        )
+        sys.exit(
+            f"config error: {bad}: unknown field"
+            + (f"; did you mean '{hint.group(1)}'?" if hint else ".")
+            + " Every field is documented in tango_jax/config_builders.py."
+        )
+
+
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=_parse_flags)

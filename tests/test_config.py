@@ -111,3 +111,40 @@ def test_command_line_overrides_reach_the_typed_config():
     cfg = load_run_config(c)
     assert cfg.generator.rollout.n == 8 and cfg.verifier.trainer.loss.tis_cap == 2.0
     assert isinstance(c, config_dict.ConfigDict)
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (
+            "--config.generator.rollout.temprature=0.5",
+            "config error: --config.generator.rollout.temprature: unknown field; did you mean "
+            "'temperature'?",
+        ),
+        (
+            "--config.algorithm.estimator=ppo",
+            "config error: config.algorithm.estimator: 'ppo' is not one of",
+        ),
+    ],
+)
+def test_train_entry_point_rejects_bad_overrides_before_loading_anything(override, message):
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tango_jax.train",
+            "--config",
+            str(CONFIGS / "tiny_arith.py"),
+            override,
+            "--config.run_dir=/nonexistent/never/created",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 1
+    assert message in run.stderr + run.stdout
+    assert not Path("/nonexistent/never/created").exists()
