@@ -58,6 +58,7 @@ def get_config(variant: str = "tango"):
         checkpoint_every=20,
         keep=2,
         scorer_workers=2,
+        sampled_eval=True,  # held-out accuracy at T=1 too (what RL optimises)
     )
     # Generator: 4 samples per prompt (paper 5), ~62-token solutions.
     c.generator = _role(1, lr=1e-4, n=4, max_tokens=96, max_prompt_len=256)

@@ -199,6 +199,10 @@ class EvalConfig:
     every_generator_steps: int = 10  # 0: only before/after
     at_end: bool = True
     after_verifier_warmup: bool = True
+    # Also score one sample per problem at the training temperature (seeded): the held-out
+    # counterpart of the rollouts' accuracy, which is what RL optimises; the paper reports
+    # greedy pass@1 only.
+    sampled: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

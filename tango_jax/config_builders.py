@@ -293,6 +293,7 @@ def run(
     checkpoint_every=50,
     keep=3,
     scorer_workers=8,
+    sampled_eval=False,
 ):
     """Top-level fields plus evaluation and checkpoint cadence."""
     c.name = name
@@ -308,6 +309,7 @@ def run(
         every_generator_steps=eval_every,  # official test_freq = 10
         at_end=True,
         after_verifier_warmup=True,
+        sampled=sampled_eval,  # also one T=1 sample per held-out problem (seeded)
     )
     c.checkpoint = dict(
         every_steps=checkpoint_every,  # global steps

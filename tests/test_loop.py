@@ -114,6 +114,7 @@ def test_run_writes_metrics_checkpoints_and_changes_both_models(jax_run):
     ):
         assert key in rows[5], key
     assert "eval/generator/accuracy" in rows[0] and "eval/verifier/f1" in final
+    assert "eval/generator/sampled_accuracy" in rows[0]
     # the embedded sampler reports the trainer's own log-probs: drift is float noise
     assert rows[2]["generator/rollout/drift_max_abs"] < 1e-3
     assert RunCheckpointer(run_dir / "checkpoints", keep=3, read_only=True).all_steps() == [2, 4, 5]

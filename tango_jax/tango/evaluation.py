@@ -24,7 +24,11 @@ def evaluate(
     timer: PhaseTimer,
     style: formats.PromptStyle = formats.PromptStyle.FULL,
     format_weight: float = 0.8,
+    sampled_seed: int | None = None,
 ) -> dict[str, float]:
+    """Greedy pass@1 of the generator and the verifier's greedy verdicts on those solutions;
+    with `sampled_seed`, also `eval/generator/sampled_accuracy`: one sample per problem at the
+    training temperature."""
     prompts = [
         generator.encode(formats.render_generator_prompt(p.question, evaluation=True, style=style))
         for p in problems
@@ -64,4 +68,9 @@ def evaluate(
             len(r[0].verification.step_judgments) == len(s.steps) for s, r in zip(solutions, judged)
         ]
         metrics["eval/verifier/k_match"] = float(np.mean(k_match))
+    if sampled_seed is not None:
+        with timer("eval_generate"):
+            sampled = generator.sampler.generate(prompts, generator.train_params(sampled_seed, n=1))
+        scored, _ = feedback.score_solutions(scorer, problems, sampled, timeout_s=timeout_s)
+        metrics["eval/generator/sampled_accuracy"] = float(np.mean([s.correct for s in scored]))
     return metrics

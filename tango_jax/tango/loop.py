@@ -253,6 +253,7 @@ class TangoLoop:
             timer=self.timer,
             style=self.cfg.data.prompt_style,
             format_weight=self.cfg.algorithm.verifier_format_weight,
+            sampled_seed=self.cfg.seed if self.cfg.eval.sampled else None,
         )
         return out | self.timer.metrics()
 
