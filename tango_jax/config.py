@@ -229,6 +229,10 @@ class RunConfig:
     eval: EvalConfig = EvalConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     tensorboard: bool = True
+    # Sampler-vs-trainer log-prob drift is logged for every trained batch; True also scores
+    # the untrained rollout batches (the verifier's feedback in generator steps, the
+    # generator's samples in verifier steps) with an extra forward pass.
+    drift_all_batches: bool = True
     scorer_workers: int = 2  # processes scoring answers (math-verify) under a time limit
     scorer_timeout_s: float = 5.0
 

@@ -301,6 +301,8 @@ def run(
     c.seed = 0  # sampling seeds, SFT data order
     c.resume = True  # continue from the latest checkpoint in run_dir
     c.tensorboard = True
+    # drift also for untrained rollout batches (an extra forward pass each)
+    c.drift_all_batches = True
     c.scorer_workers = scorer_workers  # processes scoring answers under a time limit
     c.scorer_timeout_s = 5.0  # per answer; a pathological one scores 0 and is counted
     c.mesh = dict(data=1, fsdp=-1, tensor=1)  # -1 fills the remaining devices

@@ -117,6 +117,10 @@ def test_run_writes_metrics_checkpoints_and_changes_both_models(jax_run):
     assert "eval/generator/sampled_accuracy" in rows[0]
     # the embedded sampler reports the trainer's own log-probs: drift is float noise
     assert rows[2]["generator/rollout/drift_max_abs"] < 1e-3
+    # every rollout batch has its drift: the verifier's feedback (G steps), the generator's
+    # single samples (V steps)
+    assert rows[2]["verifier/untrained/rollout/drift_max_abs"] < 1e-3
+    assert rows[5]["generator/untrained/rollout/drift_max_abs"] < 1e-3
     assert RunCheckpointer(run_dir / "checkpoints", keep=3, read_only=True).all_steps() == [2, 4, 5]
     for role in ("generator", "verifier"):
         start, end = _weights(run_dir / "sft" / role), _weights(run_dir / "hf" / role)

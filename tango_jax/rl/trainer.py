@@ -365,6 +365,7 @@ class Trainer:
             ),
         )
         self.traces = 0  # number of times the step was traced (tests assert it stays 1)
+        self._logprob_fn = None
 
     def loss_and_grads(self, batch: TrainBatch) -> tuple[float, Any]:
         """The accumulated mini-batch loss and float32 gradient, without updating (for tests
@@ -377,6 +378,25 @@ class Trainer:
         with jax.set_mesh(self.mesh):
             loss, grads = fn(self.params, self.ref_params, self._device_batch(batch))
         return float(loss), grads
+
+    def logprobs(self, batch: TrainBatch) -> np.ndarray:
+        """The current policy's log-probs [B, R] of the batch's response tokens (forward only,
+        no update): for the drift of rollout batches that are not trained on."""
+        if self._logprob_fn is None:
+
+            def fn(params, bt):
+                model = nnx.merge(self.graphdef, params)
+                return _response_logprobs(model, bt, self.config.loss, with_entropy=False)[0]
+
+            self._logprob_fn = jax.jit(fn)
+        rows = -(-batch.size // self.dp) * self.dp  # any batch size: pad rows to the data shards
+        padded = {
+            k: np.concatenate([v, np.zeros((rows - batch.size, *v.shape[1:]), v.dtype)])
+            for k, v in batch.arrays().items()
+        }
+        device = {k: jax.device_put(v, self._batch_sharding) for k, v in padded.items()}
+        with jax.set_mesh(self.mesh):
+            return np.asarray(self._logprob_fn(self.params, device))[: batch.size]
 
     def _step_fn(self, params, opt_state, ref_params, batch):
         self.traces += 1

@@ -28,7 +28,7 @@ from tango_jax.checkpoint import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer, 
 from tango_jax.config import DataSource, RunConfig
 from tango_jax.config_types import to_dict
 from tango_jax.data import datasets, synthetic
-from tango_jax.metrics import MetricsWriter, PhaseTimer
+from tango_jax.metrics import MetricsWriter, PhaseTimer, Progress
 from tango_jax.models import save_pretrained
 from tango_jax.models.tiny import write_tiny_checkpoint
 from tango_jax.parallel.mesh import make_mesh
@@ -285,55 +285,57 @@ class TangoLoop:
         final: dict[str, float] = {}
         class_state = ClassBalanceState.from_dict(state["class_balance"])
         updates = dict(state["updates"])
-        for step in range(state["step"] + 1, sched.total_steps + 1):
-            phase = sched.phase(step)
-            problems = stream.next_batch()
-            if phase.kind is Kind.GENERATOR:
-                out = generator_step(
-                    ctx,
-                    problems,
-                    global_step=step,
-                    update_index=updates["generator"] - sched.generator_warmup_steps,
-                    warmup=phase.warmup,
-                    timer=self.timer,
-                )
-            else:
-                out, class_state = verifier_step(
-                    ctx, problems, global_step=step, class_state=class_state, timer=self.timer
-                )
-            role = phase.kind.value
-            updates[role] += 1
-            check_finite(
-                {
-                    k.split("/train/")[-1]: v
-                    for k, v in out.items()
-                    if k.startswith(f"{role}/train/")
-                },
-                role=role,
-                step=step,
-                checkpointer=ckpt,
-            )
-            out |= self.timer.metrics()
-            out |= {
-                "schedule/generator_updates": updates["generator"],
-                "schedule/verifier_updates": updates["verifier"],
-            }
-            if self._eval_due(step, phase, updates):
-                final = self._evaluate(ctx, eval_problems)
-                out |= final
-            metrics.write(step, out, phase=role + ("_warmup" if phase.warmup else ""))
-            log.info("step %d %s %s", step, role, _summary(out, role))
-            if self._save_due(step):
-                ckpt.save(
-                    step,
-                    {n: r.trainer.state_dict() for n, r in roles.items()},
+        with Progress("tango steps", total=sched.total_steps - state["step"]) as bar:
+            for step in range(state["step"] + 1, sched.total_steps + 1):
+                phase = sched.phase(step)
+                problems = stream.next_batch()
+                if phase.kind is Kind.GENERATOR:
+                    out = generator_step(
+                        ctx,
+                        problems,
+                        global_step=step,
+                        update_index=updates["generator"] - sched.generator_warmup_steps,
+                        warmup=phase.warmup,
+                        timer=self.timer,
+                    )
+                else:
+                    out, class_state = verifier_step(
+                        ctx, problems, global_step=step, class_state=class_state, timer=self.timer
+                    )
+                role = phase.kind.value
+                updates[role] += 1
+                check_finite(
                     {
-                        "step": step,
-                        "updates": updates,
-                        "class_balance": class_state.to_dict(),
-                        "data": dataclasses.asdict(stream.position),
+                        k.split("/train/")[-1]: v
+                        for k, v in out.items()
+                        if k.startswith(f"{role}/train/")
                     },
+                    role=role,
+                    step=step,
+                    checkpointer=ckpt,
                 )
+                out |= self.timer.metrics()
+                out |= {
+                    "schedule/generator_updates": updates["generator"],
+                    "schedule/verifier_updates": updates["verifier"],
+                }
+                if self._eval_due(step, phase, updates):
+                    final = self._evaluate(ctx, eval_problems)
+                    out |= final
+                metrics.write(step, out, phase=role + ("_warmup" if phase.warmup else ""))
+                log.info("step %d %s %s", step, role, _summary(out, role))
+                if self._save_due(step):
+                    ckpt.save(
+                        step,
+                        {n: r.trainer.state_dict() for n, r in roles.items()},
+                        {
+                            "step": step,
+                            "updates": updates,
+                            "class_balance": class_state.to_dict(),
+                            "data": dataclasses.asdict(stream.position),
+                        },
+                    )
+                bar.update(1)
         return final
 
     def _eval_due(self, step: int, phase, updates) -> bool:

@@ -15,6 +15,7 @@ from jax.sharding import Mesh
 
 from tango_jax.config import RoleConfig, SFTStage
 from tango_jax.data.tokenizer import load_tokenizer
+from tango_jax.metrics import Progress
 from tango_jax.models import from_pretrained, save_pretrained
 from tango_jax.models.config import dtype_from_name
 from tango_jax.rl.batch import make_batch
@@ -60,20 +61,26 @@ def run_sft(
         for p, r in examples
     ]
     rng = np.random.default_rng(seed)
-    for step in range(1, stage.steps + 1):
-        rows = rng.choice(
-            len(encoded), size=stage.batch_size, replace=len(encoded) < stage.batch_size
-        )
-        batch = make_batch(
-            [encoded[i][0] for i in rows],
-            [encoded[i][1] for i in rows],
-            pad_id=tokenizer.pad_token_id or 0,
-            prompt_bucket=role_cfg.sampler.prompt_bucket,
-            response_bucket=role_cfg.response_bucket,
-            max_prompt_len=role_cfg.max_prompt_len,
-        )
-        metrics, _ = trainer.step(batch)
-        if metrics["nonfinite"]:
-            raise FloatingPointError(f"sft.{role}: non-finite loss or gradient at SFT step {step}.")
-        log(step, {f"sft/{role}/{k}": v for k, v in metrics.items()})
+    pad = tokenizer.pad_token_id or 0
+    with Progress(f"sft {role}", total=stage.steps) as bar:
+        for step in range(1, stage.steps + 1):
+            rows = rng.choice(
+                len(encoded), size=stage.batch_size, replace=len(encoded) < stage.batch_size
+            )
+            batch = make_batch(
+                [encoded[i][0] for i in rows],
+                [encoded[i][1] for i in rows],
+                pad_id=pad,
+                prompt_bucket=role_cfg.sampler.prompt_bucket,
+                response_bucket=role_cfg.response_bucket,
+                max_prompt_len=role_cfg.max_prompt_len,
+            )
+            metrics, _ = trainer.step(batch)
+            if metrics["nonfinite"]:
+                raise FloatingPointError(
+                    f"sft.{role}: non-finite loss or gradient at SFT step {step}; lower "
+                    f"sft.{role}.trainer.optimizer.learning_rate."
+                )
+            log(step, {f"sft/{role}/{k}": v for k, v in metrics.items()})
+            bar.update(1)
     return save_pretrained(model, out_path, tokenizer=tokenizer, overwrite=True)

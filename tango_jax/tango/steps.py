@@ -50,6 +50,10 @@ def _mean(xs) -> float:
     return float(np.mean(xs)) if xs else 0.0
 
 
+def _generated_tokens(outs) -> int:
+    return sum(len(c.token_ids) for per_prompt in outs for c in per_prompt)
+
+
 def _rollout_metrics(prefix: str, completions) -> dict[str, float]:
     lengths = [len(c.token_ids) for c in completions]
     return {
@@ -61,8 +65,9 @@ def _rollout_metrics(prefix: str, completions) -> dict[str, float]:
 
 def _train(role: Role, batch: TrainBatch, timer: PhaseTimer) -> dict[str, float]:
     """One update of `role` on `batch`, then the weight sync; train/drift/sync metrics."""
-    with timer("train"):
+    with timer("train") as rec:
         metrics, logp = role.trainer.step(batch)
+        rec.tokens += int(batch.attention_mask.sum())  # prompt + response tokens processed
     role.version += 1
     with timer("sync"):
         sync = role.sync()
@@ -71,6 +76,15 @@ def _train(role: Role, batch: TrainBatch, timer: PhaseTimer) -> dict[str, float]
     drift = logprob_drift(batch.sampler_logprobs, logp, batch.response_mask)
     out |= {f"{role.name}/{k}": float(v) for k, v in drift.items()}
     return out
+
+
+def _side_drift(ctx: StepContext, role: Role | None, prompts, completions) -> dict[str, float]:
+    """Drift of a rollout batch that is not trained on (cfg.drift_all_batches)."""
+    if not ctx.cfg.drift_all_batches or role is None or role.trainer is None:
+        return {}
+    batch = _batch(role, prompts, completions)
+    drift = logprob_drift(batch.sampler_logprobs, role.trainer.logprobs(batch), batch.response_mask)
+    return {f"{role.name}/untrained/{k}": float(v) for k, v in drift.items()}
 
 
 def _batch(role: Role, problems_prompts, completions, **kw) -> TrainBatch:
@@ -103,8 +117,9 @@ def generator_step(
         gen.encode(formats.render_generator_prompt(p.question, style=cfg.data.prompt_style))
         for p in problems
     ]
-    with timer("generate"):
+    with timer("generate") as rec:
         outs = gen.sampler.generate(prompts, gen.train_params(step_seed(cfg.seed, global_step, 0)))
+        rec.tokens += _generated_tokens(outs)
     with timer("reward"):
         solutions, reward_metrics = feedback.score_solutions(
             ctx.scorer, problems, outs, timeout_s=cfg.scorer_timeout_s
@@ -116,16 +131,25 @@ def generator_step(
     )
     judged = None
     if use_verifier:
-        with timer("verify"):
+        ver_prompts = feedback.verifier_prompts(ver, solutions, cfg.data.prompt_style)
+        with timer("verify") as rec:
             judged = feedback.judge(
                 ver,
                 solutions,
-                feedback.verifier_prompts(ver, solutions, cfg.data.prompt_style),
+                ver_prompts,
                 n=alg.verifications_per_response,
                 seed=step_seed(cfg.seed, global_step, 1),
                 format_weight=alg.verifier_format_weight,
             )
+            rec.tokens += _generated_tokens([[j.completion for j in row] for row in judged])
         verdicts = [row[0].verification.verdict for row in judged]
+        nv = alg.verifications_per_response
+        metrics |= _side_drift(
+            ctx,
+            ver,
+            [p for p in ver_prompts for _ in range(nv)],
+            [j.completion for row in judged for j in row],
+        )
         metrics |= {
             f"generator/feedback/{k}": v
             for k, v in feedback.verdict_metrics([s.correct for s in solutions], verdicts).items()
@@ -198,16 +222,17 @@ def verifier_step(
         gen.encode(formats.render_generator_prompt(p.question, style=cfg.data.prompt_style))
         for p in problems
     ]
-    with timer("generate"):
+    with timer("generate") as rec:
         outs = gen.sampler.generate(
             prompts, gen.train_params(step_seed(cfg.seed, global_step, 2), n=1)
         )
+        rec.tokens += _generated_tokens(outs)
     with timer("reward"):
         solutions, reward_metrics = feedback.score_solutions(
             ctx.scorer, problems, outs, timeout_s=cfg.scorer_timeout_s
         )
     ver_prompts = feedback.verifier_prompts(ver, solutions, cfg.data.prompt_style)
-    with timer("verify"):
+    with timer("verify") as rec:
         judged = feedback.judge(
             ver,
             solutions,
@@ -216,6 +241,7 @@ def verifier_step(
             seed=step_seed(cfg.seed, global_step, 3),
             format_weight=alg.verifier_format_weight,
         )
+        rec.tokens += _generated_tokens([[j.completion for j in row] for row in judged])
     flat = [j for row in judged for j in row]  # solution-major: rows i*n .. i*n+n-1
     labels = np.repeat([s.correct for s in solutions], n)
     rewards_v = np.asarray([j.reward for j in flat], np.float32)
@@ -240,6 +266,7 @@ def verifier_step(
     )
     batch = dataclasses.replace(batch, advantages=np.asarray(a, np.float32))
     metrics = {f"verifier/solutions/{k}": v for k, v in reward_metrics.items()}
+    metrics |= _side_drift(ctx, gen, prompts, [s.completion for s in solutions])
     metrics |= _train(ver, batch, timer)
     metrics |= {
         f"verifier/{k}": v
