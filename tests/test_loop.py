@@ -102,6 +102,8 @@ def test_run_writes_metrics_checkpoints_and_changes_both_models(jax_run):
         "perf/generate_s",
         "perf/verify_s",
         "perf/train_s",
+        "perf/generate_tokens_per_s",
+        "perf/train_tokens_per_s",
     ):
         assert key in rows[2], key
     for key in (
