@@ -19,7 +19,6 @@ def get_config():
     c.run_dir = "runs/tango_llama3_1_8b"
     c.generator.model.path = "models/Llama-3.1-8B-Instruct-SFT"
     c.verifier.model.path = "models/Llama-3.1-8B-Instruct"
-    # Llama-3.1's 128K context holds both roles' prompt + response budgets.
-    c.generator.sampler.vllm.max_model_len = 4096
-    c.verifier.sampler.vllm.max_model_len = 8192
+    # vLLM's max_model_len defaults to each role's prompt + response budget (4096 / 8192),
+    # which Llama-3.1's 128K context holds.
     return c

@@ -55,7 +55,6 @@ def _role(path, *, max_tokens, max_prompt_len):
             dtype="bfloat16",
             tensor_parallel_size=2,
             gpu_memory_utilization=0.6,
-            max_model_len=max_prompt_len + max_tokens,
         ),
         # micro-batch 4 per GPU x 8 GPUs (official ppo_micro_batch_size_per_gpu = 4)
         trainer_settings=cb.trainer(1e-6, micro_batch_size=32),

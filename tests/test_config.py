@@ -8,10 +8,9 @@ import pytest
 from ml_collections import config_dict
 
 from tango_jax import config_builders as cb
-from tango_jax.config import RunConfig, SamplerBackend, load_run_config
+from tango_jax.config import RunConfig, SamplerBackend, load_run_config, make_schedule
 from tango_jax.config_types import ConfigError, from_dict, to_dict
 from tango_jax.rl.advantages import AdvantageEstimator
-from tango_jax.tango.loop import make_schedule
 from tango_jax.tango.schedule import Kind
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
@@ -148,3 +147,41 @@ def test_train_entry_point_rejects_bad_overrides_before_loading_anything(overrid
     assert run.returncode == 1
     assert message in run.stderr + run.stdout
     assert not Path("/nonexistent/never/created").exists()
+
+
+@pytest.mark.parametrize(
+    "path, value, message",
+    [
+        (
+            ("generator", "trainer", "micro_batch_size"),
+            48,
+            "generator.trainer.micro_batch_size \\(48\\) must divide the generator's batch",
+        ),
+        (
+            ("verifier", "trainer", "loss", "temperature"),
+            0.7,
+            "verifier.trainer.loss.temperature \\(0.7\\) must equal verifier.rollout.temperature",
+        ),
+        (("algorithm", "ground_truth_weight"), 1.5, "ground_truth_weight \\(1.5\\) must be in"),
+        (("algorithm", "verifications_per_response"), 0, "verifications_per_response \\(0\\)"),
+        (("schedule", "total_steps"), 10, "total_steps \\(10\\) must exceed the warm-ups"),
+        (("data", "source"), "jsonl", "data.train_path \\(''\\) is required"),
+        (("checkpoint", "keep"), 0, "checkpoint.keep \\(0\\)"),
+    ],
+)
+def test_cross_field_rules_fail_at_start_up(path, value, message):
+    d = _tiny()
+    node = d
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    with pytest.raises(ConfigError, match=message):
+        load_run_config(d)
+
+
+def test_tis_with_sampler_ratio_is_rejected():
+    d = _tiny()
+    loss = d["generator"]["trainer"]["loss"]
+    loss["tis_cap"], loss["use_sampler_logprobs"] = 2.0, True
+    with pytest.raises(ConfigError, match="redundant with use_sampler_logprobs"):
+        load_run_config(d)

@@ -25,9 +25,11 @@ CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 pytestmark = pytest.mark.slow
 
 
-def _short_config(run_dir: Path, *, backend: str = "jax", total_steps: int = 5):
+def _short_config(
+    run_dir: Path, *, backend: str = "jax", total_steps: int = 5, variant: str = "tango"
+):
     """tiny_arith shrunk to seconds per step: V (warm-up), then G, G, G, V."""
-    c = cb.sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config()
+    c = cb.sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config(variant)
     c.run_dir = str(run_dir)
     c.scorer_workers = 1
     # The session's 8 simulated devices: FSDP over 2 and tensor parallelism over 4, so the loop
@@ -45,7 +47,10 @@ def _short_config(run_dir: Path, *, backend: str = "jax", total_steps: int = 5):
         role.trainer.optimizer.learning_rate = 1e-3
     c.data.prompts_per_step = 2
     c.data.eval_size = 4
-    c.schedule = cb.schedule(total_steps=total_steps, verifier_warmup_steps=1)
+    trains_verifier = c.verifier.enable and c.verifier.trainable
+    c.schedule = cb.schedule(
+        total_steps=total_steps, verifier_warmup_steps=1 if trains_verifier else 0
+    )
     c.eval.every_generator_steps = 2
     c.checkpoint.every_steps = 2
     c.checkpoint.keep = 3
@@ -183,6 +188,27 @@ def test_nonfinite_step_stops_the_run_and_keeps_the_last_checkpoint(tmp_path):
     rows = read_metrics(tmp_path / "nan")
     assert steps and steps[-1] == rows[-1]["step"]  # nothing saved for the failed step
     assert json.loads((tmp_path / "nan" / "config.json").read_text())["generator"]
+
+
+@pytest.mark.parametrize("variant", ["grpo", "fixed_verifier"])
+def test_baseline_variants(tmp_path, variant):
+    """Without a step term (no verifier) the outcome advantage is not scaled by (1 - α); a
+    frozen verifier gives step rewards but is never trained, checkpointed or exported."""
+    run_dir = tmp_path / variant
+    TangoLoop(_short_config(run_dir, total_steps=2, variant=variant)).run()
+    rows = read_metrics(run_dir)
+    assert [r["phase"] for r in rows[1:]] == ["generator", "generator"]
+    if variant == "grpo":
+        assert rows[1]["generator/alpha"] == 0.0 and rows[1]["generator/adv/step_abs"] == 0.0
+        assert not (run_dir / "sft" / "verifier").exists()
+    else:
+        assert rows[1]["generator/alpha"] == pytest.approx(0.1)
+        assert "generator/feedback/verdict_accuracy" in rows[1]
+        assert not any(k.startswith("verifier/train/") for r in rows for k in r)
+        start, end = _weights(run_dir / "sft" / "verifier"), _weights(run_dir / "hf" / "verifier")
+        for k in start:  # frozen: the exported verifier is exactly where it started
+            np.testing.assert_array_equal(start[k], end[k], err_msg=k)
+    assert RunCheckpointer(run_dir / "checkpoints", keep=3, read_only=True).all_steps() == [2]
 
 
 @pytest.mark.vllm

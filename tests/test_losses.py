@@ -294,3 +294,19 @@ def test_token_logprobs_validates():
         losses.token_logprobs(hidden, lm_head, targets, temperature=0.0)
     with pytest.raises(ValueError, match="chunk_size"):
         losses.token_logprobs(hidden, lm_head, targets, chunk_size=0)
+
+
+def test_k3_gradient_is_finite_for_huge_log_ratios():
+    """A padding position with |logp - ref| ~ 100 must not turn the gradient into NaN."""
+    import jax
+
+    from tango_jax.rl.losses import KLEstimator, kl_estimate
+
+    logp = jnp.array([[-0.5, -100.0, 100.0]])
+    ref = jnp.array([[-0.7, 0.0, 0.0]])
+    mask = jnp.array([[1.0, 0.0, 0.0]])
+    grad = jax.grad(lambda lp: (kl_estimate(lp, ref, KLEstimator.K3) * mask).sum())(logp)
+    assert bool(jnp.all(jnp.isfinite(grad)))
+    x = -0.5 + 0.7
+    np.testing.assert_allclose(grad[0, 0], 1 - np.exp(-x), rtol=1e-5)
+    np.testing.assert_allclose(kl_estimate(logp, ref, "low_var_kl")[0, 1:], [10.0, 10.0])

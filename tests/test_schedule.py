@@ -20,7 +20,8 @@ def test_official_440_steps():
 
 def test_paper_default_200_generator_steps():
     s = Schedule(total_steps=307, verifier_warmup_steps=40)  # 40 + 200 * 4/3 ≈ 307
-    assert s.count(Kind.GENERATOR) == 201
+    assert s.count(Kind.GENERATOR) == 201  # the cycle starts with G: 66 cycles + G, G, G
+    assert s.alpha_horizon == 200  # the official int(267 * 3 / 4)
 
 
 def test_initial_mode_verifier_and_generator_warmup():
@@ -43,8 +44,11 @@ def test_no_verifier_updates_means_all_generator_steps():
 
 def test_errors_name_the_field():
     with pytest.raises(ValueError, match="verifier_warmup_steps \\(40\\) must be 0"):
-        Schedule(total_steps=10, verifier_warmup_steps=40, verifier_trainable=False)
+        Schedule(total_steps=50, verifier_warmup_steps=40, verifier_trainable=False)
     with pytest.raises(ValueError, match="n_verifier_steps \\(0\\)"):
-        Schedule(total_steps=10, n_verifier_steps=0)
-    with pytest.raises(ValueError, match="outside 1..10"):
-        Schedule(total_steps=10).phase(11)
+        Schedule(total_steps=50, n_verifier_steps=0)
+    with pytest.raises(ValueError, match="outside 1..50"):
+        Schedule(total_steps=50).phase(51)
+    with pytest.raises(ValueError, match="total_steps \\(30\\) must exceed the warm-ups"):
+        Schedule(total_steps=30, verifier_warmup_steps=40)
+    assert Schedule(total_steps=0).alpha_horizon == 1  # SFT-only runs are allowed

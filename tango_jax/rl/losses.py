@@ -112,6 +112,10 @@ def kl_estimate(
         return jnp.abs(x)
     if kind is KLEstimator.K2:
         return 0.5 * jnp.square(x)
+    # k3 >= 10 (the official clamp) already for x < -2.4 or x > 11; clipping x to [-20, 20]
+    # first changes no value, but keeps exp finite so the clamped region's zero gradient is
+    # not 0 * inf = NaN (|x| > ~88 at a padding position would otherwise poison the step).
+    x = jnp.clip(x, -20.0, 20.0)
     return jnp.clip(jnp.exp(-x) + x - 1.0, -10.0, 10.0)
 
 

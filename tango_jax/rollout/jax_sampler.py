@@ -154,9 +154,13 @@ class JaxSampler:
     # --- protocol ---
 
     def update_weights(self, params: Any, version: int) -> dict[str, float]:
-        """Records `version`; loads `params` only if they are not the shared model's own."""
-        if params is not None and params is not nnx.state(self.model):
-            nnx.update(self.model, params)
+        """Records `version`; loads `params` only if they are not the shared model's own arrays
+        (the trainer updates the shared model in place, so usually there is nothing to copy)."""
+        if params is not None:
+            own = jax.tree.leaves(nnx.state(self.model))
+            new = jax.tree.leaves(params)
+            if len(own) != len(new) or any(a is not b for a, b in zip(own, new)):
+                nnx.update(self.model, params)
         self.weight_version = version
         return {}
 

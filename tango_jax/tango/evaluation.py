@@ -34,7 +34,7 @@ def evaluate(
         for p in problems
     ]
     with timer("eval_generate"):
-        outs = generator.sampler.generate(prompts, generator.eval_params())
+        outs = generator.generate(prompts, generator.eval_params())
     solutions, reward_metrics = feedback.score_solutions(
         scorer, problems, outs, timeout_s=timeout_s
     )
@@ -70,7 +70,7 @@ def evaluate(
         metrics["eval/verifier/k_match"] = float(np.mean(k_match))
     if sampled_seed is not None:
         with timer("eval_generate"):
-            sampled = generator.sampler.generate(prompts, generator.train_params(sampled_seed, n=1))
+            sampled = generator.generate(prompts, generator.train_params(sampled_seed, n=1))
         scored, _ = feedback.score_solutions(scorer, problems, sampled, timeout_s=timeout_s)
         metrics["eval/generator/sampled_accuracy"] = float(np.mean([s.correct for s in scored]))
     return metrics

@@ -78,7 +78,8 @@ def verifier_prompts(
     """The verifier's prompt for each solution (problem, solution text, K counted from it)."""
     return [
         verifier.encode(
-            formats.render_verifier_prompt(s.problem.question, s.completion.text, style=style)
+            formats.render_verifier_prompt(s.problem.question, s.completion.text, style=style),
+            truncate=True,  # right-truncated like the official verifier prompts (§3.1)
         )
         for s in solutions
     ]
@@ -97,7 +98,7 @@ def judge(
     """`n` verifications of each solution (prompts from `verifier_prompts`) by the current
     verifier; result[i][j] is sample j of solution i."""
     params = verifier.eval_params() if greedy else verifier.train_params(seed, n=n)
-    outputs = verifier.sampler.generate(prompts, params)
+    outputs = verifier.generate(prompts, params)
     judged = []
     for sol, outs in zip(solutions, outputs):
         row = []
@@ -126,7 +127,7 @@ def step_reward_arrays(
     statistics. A (solution, verification) pair contributes only if the verifier returned
     exactly K judgments for K > 0 steps (TANGO_SPEC §2.2).
     """
-    b, nv = len(solutions), len(judged[0]) if judged else 0
+    b, nv = len(solutions), (len(judged[0]) if judged else 0)
     values = np.zeros((b, nv, response_slots), np.float32)
     mask = np.zeros((b, nv, response_slots), np.float32)
     aligned, positive, total = 0, 0, 0

@@ -25,7 +25,7 @@ import logging
 from pathlib import Path
 
 from tango_jax.checkpoint import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer, check_finite
-from tango_jax.config import DataSource, RunConfig
+from tango_jax.config import DataSource, RunConfig, make_schedule
 from tango_jax.config_types import to_dict
 from tango_jax.data import datasets, synthetic
 from tango_jax.metrics import MetricsWriter, PhaseTimer, Progress
@@ -44,19 +44,6 @@ from tango_jax.tango.steps import StepContext, generator_step, verifier_step
 log = logging.getLogger("tango_jax")
 
 ROLES = ("generator", "verifier")
-
-
-def make_schedule(cfg: RunConfig) -> Schedule:
-    s, v = cfg.schedule, cfg.verifier
-    return Schedule(
-        total_steps=s.total_steps,
-        verifier_warmup_steps=s.verifier_warmup_steps,
-        generator_warmup_steps=s.generator_warmup_steps,
-        n_generator_steps=s.n_generator_steps,
-        n_verifier_steps=s.n_verifier_steps,
-        initial_mode=s.initial_mode,
-        verifier_trainable=v.enable and v.trainable,
-    )
 
 
 def make_alpha(cfg: RunConfig, schedule: Schedule) -> AlphaSchedule:
@@ -79,7 +66,15 @@ class TangoLoop:
         self.schedule = make_schedule(cfg)
         self.alpha = make_alpha(cfg, self.schedule)
         self.mesh = make_mesh(cfg.mesh)
-        self.timer = PhaseTimer()
+        dp = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
+        for field, trainer in _trainer_configs(cfg):
+            if trainer.micro_batch_size % dp:
+                raise ValueError(
+                    f"{field}.micro_batch_size ({trainer.micro_batch_size}) must be divisible "
+                    f"by the data-parallel size ({dp} = mesh data x fsdp)."
+                )
+        self.timer = PhaseTimer()  # phases of a training step
+        self.eval_timer = PhaseTimer()
 
     # --- set-up ------------------------------------------------------------------------------
 
@@ -176,8 +171,35 @@ class TangoLoop:
         evals = datasets.load_problems(
             d.eval_path, datasets.Fields(d.question_field, d.answer_field)
         )
+        train, evals = self._drop_overlong(train, "train"), self._drop_overlong(evals, "eval")
         stream = datasets.PromptStream(train, d.prompts_per_step, seed=d.seed, position=position)
         return stream, evals[: d.eval_size]
+
+    def _drop_overlong(self, problems: list, split: str) -> list:
+        """Drops problems whose generator prompt exceeds generator.max_prompt_len, as the
+        official data loader does (filter_overlong_prompts, TANGO_SPEC §4.1), and says how
+        many."""
+        from tango_jax.data.tokenizer import load_tokenizer
+
+        tokenizer = load_tokenizer(self._initial_path("generator"))
+        limit, style = self.cfg.generator.max_prompt_len, self.cfg.data.prompt_style
+        texts = [formats.render_generator_prompt(p.question, style=style) for p in problems]
+        lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+        kept = [p for p, n in zip(problems, lengths) if n <= limit]
+        if len(kept) < len(problems):
+            log.info(
+                "%s data: dropped %d of %d problems whose prompt exceeds "
+                "generator.max_prompt_len (%d)",
+                split,
+                len(problems) - len(kept),
+                len(problems),
+                limit,
+            )
+        if not kept:
+            raise ValueError(
+                f"every {split} problem's prompt exceeds generator.max_prompt_len ({limit})."
+            )
+        return kept
 
     # --- the run -----------------------------------------------------------------------------
 
@@ -193,6 +215,10 @@ class TangoLoop:
                 host = reader.host()["host_state"]
             reader.close()
         metrics = self._metrics_writer(None if host is None else host["step"])
+        # Data first: a missing or unusable file fails before SFT or any model loads.
+        stream, eval_problems = self._data(
+            None if host is None else datasets.StreamPosition(**host["data"])
+        )
         gen_path = self._rl_start_path("generator")
         ver_path = self._rl_start_path("verifier") if cfg.verifier.enable else None
 
@@ -203,9 +229,6 @@ class TangoLoop:
                 "verifier", cfg.verifier, ver_path, self.mesh, with_trainer=cfg.verifier.trainable
             )
         roles = {r.name: r for r in (gen, ver) if r is not None and r.trainer is not None}
-        stream, eval_problems = self._data(
-            None if host is None else datasets.StreamPosition(**host["data"])
-        )
         ckpt = RunCheckpointer(
             ckpt_dir,
             keep=cfg.checkpoint.keep,
@@ -227,7 +250,7 @@ class TangoLoop:
             final = self._train(ctx, roles, stream, eval_problems, ckpt, metrics, state)
             if cfg.checkpoint.export_hf_at_end:
                 for name, r in (("generator", gen), ("verifier", ver)):
-                    if r is not None:
+                    if r is not None and r.model is not None:  # a frozen vLLM role: unchanged
                         save_pretrained(
                             r.model,
                             self.run_dir / "hf" / name,
@@ -250,18 +273,22 @@ class TangoLoop:
             problems,
             ctx.scorer,
             timeout_s=self.cfg.scorer_timeout_s,
-            timer=self.timer,
+            timer=self.eval_timer,
             style=self.cfg.data.prompt_style,
             format_weight=self.cfg.algorithm.verifier_format_weight,
             sampled_seed=self.cfg.seed if self.cfg.eval.sampled else None,
         )
-        return out | self.timer.metrics()
+        # Its own timer: evaluation time is reported as perf/eval_*, never as the step's time.
+        timings = self.eval_timer.metrics()
+        timings["perf/eval_s"] = timings.pop("perf/step_s")
+        return out | timings
 
     def _metrics_writer(self, resume_step: int | None) -> MetricsWriter:
         """Appends after `resume_step`; a run restarted before its first checkpoint starts its
         metrics over; an existing run with resume=False is refused (nothing is overwritten)."""
         exists = (self.run_dir / "metrics.jsonl").exists()
-        if exists and not self.cfg.resume:
+        ckpts = self.run_dir / CHECKPOINT_SUBDIR
+        if not self.cfg.resume and (exists or (ckpts.is_dir() and any(ckpts.iterdir()))):
             raise FileExistsError(
                 f"{self.run_dir} already holds a run (metrics.jsonl); pass --config.resume=True to "
                 "continue it, or choose a new --config.run_dir."
@@ -330,7 +357,7 @@ class TangoLoop:
                         {n: r.trainer.state_dict() for n, r in roles.items()},
                         {
                             "step": step,
-                            "updates": updates,
+                            "updates": dict(updates),  # a copy: saved in the background
                             "class_balance": class_state.to_dict(),
                             "data": dataclasses.asdict(stream.position),
                         },
@@ -342,12 +369,8 @@ class TangoLoop:
         e, sched = self.cfg.eval, self.schedule
         if step == sched.total_steps:
             return e.at_end
-        if (
-            phase.kind is Kind.VERIFIER
-            and phase.warmup
-            and e.after_verifier_warmup
-            and step == sched.generator_warmup_steps + sched.verifier_warmup_steps
-        ):
+        warmups = sched.generator_warmup_steps + sched.verifier_warmup_steps
+        if e.after_verifier_warmup and warmups and step == warmups:  # the end of the warm-ups
             return True
         return (
             phase.kind is Kind.GENERATOR
@@ -360,6 +383,17 @@ class TangoLoop:
         return (step == self.schedule.total_steps and c.at_end) or (
             c.every_steps > 0 and step % c.every_steps == 0
         )
+
+
+def _trainer_configs(cfg: RunConfig):
+    """(config path, TrainerConfig) of every trainer the run will build."""
+    out = [("generator.trainer", cfg.generator.trainer)]
+    if cfg.verifier.enable and cfg.verifier.trainable:
+        out.append(("verifier.trainer", cfg.verifier.trainer))
+    for role in ("generator", "verifier"):
+        if getattr(cfg.sft, role).enable:
+            out.append((f"sft.{role}.trainer", getattr(cfg.sft, role).trainer))
+    return out
 
 
 def sft_records(path: str, role: str, style: formats.PromptStyle) -> list[tuple[str, str]]:

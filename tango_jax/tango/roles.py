@@ -5,18 +5,20 @@ two `Role`s built by the same code from their `RoleConfig`.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from flax import nnx
 from jax.sharding import Mesh
 
-from tango_jax.config import RoleConfig, SamplerBackend, VLLMSettings
+from tango_jax.config import RoleConfig, SamplerBackend
 from tango_jax.config_types import ConfigError
 from tango_jax.data.tokenizer import load_tokenizer
-from tango_jax.models import Transformer, from_pretrained
+from tango_jax.models import ModelConfig, Transformer, from_pretrained, read_config
 from tango_jax.models.config import dtype_from_name
 from tango_jax.rl.trainer import Trainer
-from tango_jax.rollout.base import Prompt, Sampler, SamplingParams
+from tango_jax.rollout.base import Completion, Prompt, Sampler, SamplingParams
 from tango_jax.rollout.jax_sampler import JaxSampler
 
 
@@ -25,17 +27,45 @@ class Role:
     name: str
     config: RoleConfig
     init_path: Path  # the HF checkpoint the run started from (after SFT, if any)
-    model: Transformer
+    model: Transformer | None  # None: a frozen role served by vLLM needs no JAX copy
     tokenizer: Any
     trainer: Trainer | None  # None for a frozen verifier
     sampler: Sampler
     version: int = 0  # weight version: number of optimiser updates applied
 
-    def encode(self, text: str) -> Prompt:
-        """Plain text -> Prompt (no special tokens, no chat template, as the official code),
-        right-truncated at `max_prompt_len` like the official verifier prompts (§3.1)."""
+    def encode(self, text: str, *, truncate: bool = False) -> Prompt:
+        """Plain text -> Prompt (no special tokens, no chat template, as the official code).
+
+        `truncate`: right-truncate at `max_prompt_len`, as the official code does with verifier
+        prompts (§3.1, §10.10). Otherwise a longer prompt is an error: generator prompts are
+        filtered by length when the data loads (`filter_overlong_prompts`), so one that is
+        still too long is a bug, not something to cut silently.
+        """
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return Prompt(tuple(ids[: self.config.max_prompt_len]), text)
+        if len(ids) > self.config.max_prompt_len:
+            if not truncate:
+                raise ValueError(
+                    f"{self.name} prompt of {len(ids)} tokens exceeds {self.name}.max_prompt_len "
+                    f"({self.config.max_prompt_len}); raise it or filter the data."
+                )
+            ids = ids[: self.config.max_prompt_len]
+        return Prompt(tuple(ids), text)
+
+    def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
+        """`sampler.generate`, with each completion's text made `tokenizer.decode(token_ids,
+        skip_special_tokens=True)`: step boundaries are found in this text and step rewards
+        placed by character offsets of the same decoding (`rewards.token_char_ends`), so the
+        text must come from our tokenizer, not from a server's own detokeniser (vLLM's can
+        differ in spacing around added tokens or stop strings)."""
+        out = self.sampler.generate(prompts, params)
+        flat = [c for per_prompt in out for c in per_prompt]
+        texts = self.tokenizer.batch_decode(
+            [list(c.token_ids) for c in flat], skip_special_tokens=True
+        )
+        fixed = iter(
+            [c if t == c.text else dataclasses.replace(c, text=t) for c, t in zip(flat, texts)]
+        )
+        return [[next(fixed) for _ in per_prompt] for per_prompt in out]
 
     def train_params(self, seed: int | None, *, n: int | None = None) -> SamplingParams:
         r = self.config.rollout
@@ -49,40 +79,52 @@ class Role:
         )
 
     def eval_params(self) -> SamplingParams:
-        return SamplingParams(n=1, temperature=0.0, max_tokens=self.config.eval_max_tokens)
+        budget = self.config.eval_max_tokens or self.config.rollout.max_tokens
+        return SamplingParams(n=1, temperature=0.0, max_tokens=budget)
 
     def sync(self) -> dict[str, float]:
         """Make the sampler use the current weights (a no-op copy for the embedded sampler)."""
-        from flax import nnx
-
         return self.sampler.update_weights(nnx.state(self.model), self.version)
 
 
 def make_sampler(
-    name: str, cfg: RoleConfig, model: Transformer, tokenizer, mesh: Mesh, init_path: Path
+    cfg: RoleConfig,
+    model: Transformer | None,
+    model_config: ModelConfig,
+    tokenizer,
+    mesh: Mesh,
+    init_path: Path,
 ) -> Sampler:
     s = cfg.sampler
     if s.backend is SamplerBackend.JAX:
         return JaxSampler(
             model, tokenizer, mesh=mesh, max_rows=s.max_rows, prompt_bucket=s.prompt_bucket
         )
-    return _vllm_sampler(s.vllm, model, init_path)
+    return _vllm_sampler(cfg, model, model_config, init_path)
 
 
-def _vllm_sampler(v: VLLMSettings, model: Transformer, init_path: Path) -> Sampler:
-    """A VLLMSampler for `v`: launched servers serving `init_path`, or running ones at urls.
-    Re-sends after a restart read the model's live state (see `state_provider`)."""
-    from flax import nnx
+def _vllm_sampler(
+    cfg: RoleConfig, model: Transformer | None, model_config: ModelConfig, init_path: Path
+) -> Sampler:
+    """A VLLMSampler: launched servers serving `init_path`, or running ones at urls.
 
+    Re-sends after a server restart read the model's live state (`state_provider`): every
+    update is followed by a sync, so the live state is the last synced version, whereas the
+    arrays of that sync have been donated to the next train step. A frozen role (model None)
+    is never synced.
+    """
     from tango_jax.rollout.vllm_sampler import VLLMSampler, VLLMSamplerConfig
     from tango_jax.rollout.vllm_server import VLLMServerConfig
     from tango_jax.rollout.weight_sync import WeightSyncConfig
 
+    v = cfg.sampler.vllm
     if v.devices and len(v.devices) != v.replicas:
         raise ConfigError(
             f"sampler.vllm.devices has {len(v.devices)} entries for "
             f"{v.replicas} replicas; give one CUDA_VISIBLE_DEVICES per replica."
         )
+    budget = max(cfg.rollout.max_tokens, cfg.eval_max_tokens)
+    max_model_len = v.max_model_len or cfg.max_prompt_len + budget
     servers = (
         ()
         if v.urls
@@ -94,7 +136,7 @@ def _vllm_sampler(v: VLLMSettings, model: Transformer, init_path: Path) -> Sampl
                 dtype=v.dtype,
                 devices=v.devices[i] if v.devices else None,
                 tensor_parallel_size=v.tensor_parallel_size,
-                max_model_len=v.max_model_len,
+                max_model_len=max_model_len,
                 gpu_memory_utilization=v.gpu_memory_utilization,
                 cpu_kv_cache_gib=v.cpu_kv_cache_gib,
                 enforce_eager=v.enforce_eager,
@@ -122,21 +164,26 @@ def _vllm_sampler(v: VLLMSettings, model: Transformer, init_path: Path) -> Sampl
         max_restarts=v.max_restarts,
         verify_after_sync=v.verify_after_sync,
     )
-    return VLLMSampler(config, model.config, state_provider=lambda: nnx.state(model))
+    provider = None if model is None else (lambda: nnx.state(model))
+    return VLLMSampler(config, model_config, state_provider=provider)
 
 
 def build_role(
     name: str, cfg: RoleConfig, init_path: Path, mesh: Mesh, *, with_trainer: bool
 ) -> Role:
     """Loads the model (sharded), its tokenizer, a frozen reference copy for the KL term (only
-    when the loss uses one), the trainer and the sampler."""
+    when the loss uses one), the trainer and the sampler. A frozen role sampled by vLLM loads
+    no JAX parameters at all."""
     numerics = dict(dtype=dtype_from_name(cfg.dtype), param_dtype=dtype_from_name(cfg.param_dtype))
-    model = from_pretrained(init_path, mesh=mesh, remat=cfg.remat, **numerics)
     tokenizer = load_tokenizer(init_path)
+    model = None
+    if with_trainer or cfg.sampler.backend is SamplerBackend.JAX:
+        model = from_pretrained(init_path, mesh=mesh, remat=cfg.remat, **numerics)
+    model_config = model.config if model is not None else read_config(init_path, **numerics)
     trainer = None
     if with_trainer:
         loss = cfg.trainer.loss
         ref = from_pretrained(init_path, mesh=mesh, **numerics) if loss.kl_coef else None
         trainer = Trainer(model, cfg.trainer, mesh=mesh, ref_model=ref)
-    sampler = make_sampler(name, cfg, model, tokenizer, mesh, init_path)
+    sampler = make_sampler(cfg, model, model_config, tokenizer, mesh, init_path)
     return Role(name, cfg, init_path, model, tokenizer, trainer, sampler)

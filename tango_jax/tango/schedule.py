@@ -8,8 +8,8 @@ Global steps count from 1. Each is exactly one of a generator step (G) or a veri
                             initial mode is the verifier)
 
 With the verifier disabled (plain GRPO) or frozen (the "fixed verifier" ablation) every step
-after the generator warm-up is a G step. The α schedule's horizon is the number of G steps
-after the generator warm-up (`alpha_horizon`), as in the official `_calculate_training_steps`.
+after the generator warm-up is a G step. The α schedule's horizon (`alpha_horizon`) follows
+the official `_calculate_training_steps`.
 """
 
 from __future__ import annotations
@@ -52,6 +52,14 @@ class Schedule:
                 f"schedule.n_generator_steps ({self.n_generator_steps}) and n_verifier_steps "
                 f"({self.n_verifier_steps}) must both be >= 1 when the verifier trains."
             )
+        warmups = self.generator_warmup_steps + self.verifier_warmup_steps
+        if self.total_steps and self.total_steps <= warmups:
+            raise ValueError(
+                f"schedule.total_steps ({self.total_steps}) must exceed the warm-ups "
+                f"(generator {self.generator_warmup_steps} + verifier "
+                f"{self.verifier_warmup_steps}), or be 0 for an SFT-only run: otherwise the "
+                "generator would never train."
+            )
         if not self.verifier_trainable and self.verifier_warmup_steps:
             raise ValueError(
                 f"schedule.verifier_warmup_steps ({self.verifier_warmup_steps}) must be 0 when the "
@@ -90,5 +98,13 @@ class Schedule:
 
     @property
     def alpha_horizon(self) -> int:
-        """T_g of the α schedule: generator steps after the generator warm-up (>= 1)."""
-        return max(1, self.generator_steps - self.generator_warmup_steps)
+        """T_g of the α schedule, by the official formula (T:175-232): the alternating steps'
+        generator share, int(remaining · N_g / (N_g + N_v)), or all remaining steps without
+        verifier updates. It equals the number of scheduled generator steps after the warm-up
+        when the alternating steps are whole cycles (440 steps: 300) and can be one short
+        otherwise (307 steps: 200 vs 201 scheduled), as in the official code. >= 1."""
+        remaining = self.total_steps - self.generator_warmup_steps - self.verifier_warmup_steps
+        if not self.verifier_trainable:
+            return max(1, remaining)
+        cycle = self.n_generator_steps + self.n_verifier_steps
+        return max(1, remaining * self.n_generator_steps // cycle)

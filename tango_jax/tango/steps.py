@@ -14,6 +14,7 @@ Both return flat metrics with hierarchical names; timings go to `perf/<phase>_s`
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Sequence
 
 import jax.numpy as jnp
@@ -30,10 +31,19 @@ from tango_jax.tango.rewards import OutcomeScorer
 from tango_jax.tango.roles import Role
 
 
-def step_seed(run_seed: int, step: int, purpose: int) -> int:
+class Purpose(enum.IntEnum):
+    """Which rollout call of a step a sampling seed is for."""
+
+    GENERATOR_ROLLOUTS = 0  # G step: n samples per prompt
+    FEEDBACK = 1  # G step: the verifier's judgments of those samples
+    SOLUTIONS = 2  # V step: one generator sample per prompt
+    VERIFICATIONS = 3  # V step: n verifications of each
+
+
+def step_seed(run_seed: int, step: int, purpose: Purpose) -> int:
     """Sampling seed of one rollout call: a pure function of (run seed, global step, purpose),
     so a resumed run samples exactly what an uninterrupted one would."""
-    return int(np.random.SeedSequence([run_seed, step, purpose]).generate_state(1)[0] >> 1)
+    return int(np.random.SeedSequence([run_seed, step, int(purpose)]).generate_state(1)[0] >> 1)
 
 
 @dataclasses.dataclass
@@ -78,18 +88,23 @@ def _train(role: Role, batch: TrainBatch, timer: PhaseTimer) -> dict[str, float]
     return out
 
 
-def _side_drift(ctx: StepContext, role: Role | None, prompts, completions) -> dict[str, float]:
+def _side_drift(
+    ctx: StepContext, role: Role | None, prompts, completions, timer: PhaseTimer
+) -> dict[str, float]:
     """Drift of a rollout batch that is not trained on (cfg.drift_all_batches)."""
     if not ctx.cfg.drift_all_batches or role is None or role.trainer is None:
         return {}
     batch = _batch(role, prompts, completions)
-    drift = logprob_drift(batch.sampler_logprobs, role.trainer.logprobs(batch), batch.response_mask)
+    with timer("drift"):
+        logp = role.trainer.logprobs(batch)
+    drift = logprob_drift(batch.sampler_logprobs, logp, batch.response_mask)
     return {f"{role.name}/untrained/{k}": float(v) for k, v in drift.items()}
 
 
-def _batch(role: Role, problems_prompts, completions, **kw) -> TrainBatch:
+def _batch(role: Role, prompts, completions, **kw) -> TrainBatch:
+    """Rows (prompt i, completion i) padded into the role's train-batch buckets."""
     return make_batch(
-        [p.token_ids for p in problems_prompts],
+        [p.token_ids for p in prompts],
         [c.token_ids for c in completions],
         sampler_logprobs=[c.logprobs for c in completions],
         pad_id=role.model.config.pad_token_id or 0,
@@ -108,8 +123,8 @@ def generator_step(
     warmup: bool,
     timer: PhaseTimer,
 ) -> dict[str, float]:
-    """One generator update. `update_index`: generator updates done before this one (sets α);
-    `warmup`: generator warm-up (rule-based reward only)."""
+    """One generator update. `update_index`: generator updates done before this one, minus the
+    generator warm-up steps (sets α); `warmup`: generator warm-up (rule-based reward only)."""
     cfg, gen, ver = ctx.cfg, ctx.generator, ctx.verifier
     alg = cfg.algorithm
     n = gen.config.rollout.n
@@ -118,7 +133,9 @@ def generator_step(
         for p in problems
     ]
     with timer("generate") as rec:
-        outs = gen.sampler.generate(prompts, gen.train_params(step_seed(cfg.seed, global_step, 0)))
+        outs = gen.generate(
+            prompts, gen.train_params(step_seed(cfg.seed, global_step, Purpose.GENERATOR_ROLLOUTS))
+        )
         rec.tokens += _generated_tokens(outs)
     with timer("reward"):
         solutions, reward_metrics = feedback.score_solutions(
@@ -138,7 +155,7 @@ def generator_step(
                 solutions,
                 ver_prompts,
                 n=alg.verifications_per_response,
-                seed=step_seed(cfg.seed, global_step, 1),
+                seed=step_seed(cfg.seed, global_step, Purpose.FEEDBACK),
                 format_weight=alg.verifier_format_weight,
             )
             rec.tokens += _generated_tokens([[j.completion for j in row] for row in judged])
@@ -149,6 +166,7 @@ def generator_step(
             ver,
             [p for p in ver_prompts for _ in range(nv)],
             [j.completion for row in judged for j in row],
+            timer,
         )
         metrics |= {
             f"generator/feedback/{k}": v
@@ -156,9 +174,14 @@ def generator_step(
         }
     rewards_b = _generator_rewards(solutions, judged, alg)
     batch = _batch(gen, [p for p in prompts for _ in range(n)], completions)
-    weights = (1.0, 0.0) if warmup else ctx.alpha.weights(update_index)
+    # The α blend applies when this run has a step term (TANGO_SPEC §2.3): then (1-α) scales
+    # A_out even in a batch where no step reward aligned (§11). A run without one (no
+    # verifier, step_rewards off, generator warm-up) uses the unscaled outcome advantage, as
+    # the official code does.
+    has_step_term = judged is not None and alg.step_rewards
+    weights = ctx.alpha.weights(update_index) if has_step_term else (1.0, 0.0)
     step_r = step_m = None
-    if judged is not None and alg.step_rewards:
+    if has_step_term:
         step_r, step_m, step_stats = feedback.step_reward_arrays(
             solutions, judged, gen.tokenizer, batch.response_mask.shape[1]
         )
@@ -183,7 +206,9 @@ def generator_step(
         "generator/accuracy": _mean(s.correct for s in solutions),
         "generator/format_score": _mean(s.format_score for s in solutions),
         "generator/num_steps/mean": _mean(len(s.steps) for s in solutions),
-        "generator/alpha": weights[1] if alg.alpha.kind is not adv.AlphaScheduleKind.NONE else 0.0,
+        "generator/alpha": weights[1]
+        if has_step_term and alg.alpha.kind is not adv.AlphaScheduleKind.NONE
+        else 0.0,
         "generator/adv/outcome_abs": float(np.abs(np.asarray(a_out))[mask].mean()),
         "generator/adv/step_abs": float(np.abs(np.asarray(a_step))[mask].mean()),
         "generator/warmup": float(warmup),
@@ -192,15 +217,18 @@ def generator_step(
 
 
 def _generator_rewards(solutions, judged, alg) -> np.ndarray:
-    """Token score of each rollout (TANGO_SPEC §2.5): gtw·r_out + (1-gtw)·verdict where the
-    verdict parses, else r_out; plus the (official: zero) format weight."""
+    """Token score of each rollout (TANGO_SPEC §2.5): per verification, gtw·r_out +
+    (1-gtw)·verdict where the verdict parses, else r_out, averaged over the verifications (as
+    the official code averages over verifier samples); plus the (official: zero) format
+    weight."""
     out = np.asarray([s.reward for s in solutions], np.float32)
     if judged is not None and alg.ground_truth_weight < 1.0:
         gtw = alg.ground_truth_weight
         for i, row in enumerate(judged):
-            verdict = row[0].verification.verdict
-            if verdict is not None:
-                out[i] = gtw * out[i] + (1 - gtw) * float(verdict)
+            r_out = float(out[i])
+            verdicts = [j.verification.verdict for j in row]
+            scores = [r_out if v is None else gtw * r_out + (1 - gtw) * v for v in verdicts]
+            out[i] = np.mean(scores)
     if alg.generator_format_weight:
         out += alg.generator_format_weight * np.asarray([s.format_score for s in solutions])
     return out
@@ -223,8 +251,8 @@ def verifier_step(
         for p in problems
     ]
     with timer("generate") as rec:
-        outs = gen.sampler.generate(
-            prompts, gen.train_params(step_seed(cfg.seed, global_step, 2), n=1)
+        outs = gen.generate(
+            prompts, gen.train_params(step_seed(cfg.seed, global_step, Purpose.SOLUTIONS), n=1)
         )
         rec.tokens += _generated_tokens(outs)
     with timer("reward"):
@@ -238,7 +266,7 @@ def verifier_step(
             solutions,
             ver_prompts,
             n=n,
-            seed=step_seed(cfg.seed, global_step, 3),
+            seed=step_seed(cfg.seed, global_step, Purpose.VERIFICATIONS),
             format_weight=alg.verifier_format_weight,
         )
         rec.tokens += _generated_tokens([[j.completion for j in row] for row in judged])
@@ -266,7 +294,7 @@ def verifier_step(
     )
     batch = dataclasses.replace(batch, advantages=np.asarray(a, np.float32))
     metrics = {f"verifier/solutions/{k}": v for k, v in reward_metrics.items()}
-    metrics |= _side_drift(ctx, gen, prompts, [s.completion for s in solutions])
+    metrics |= _side_drift(ctx, gen, prompts, [s.completion for s in solutions], timer)
     metrics |= _train(ver, batch, timer)
     metrics |= {
         f"verifier/{k}": v
