@@ -139,6 +139,25 @@ def test_gradients_identical_across_micro_batch_sizes_and_meshes():
         np.testing.assert_allclose(grads, ref_grads, rtol=1e-4, atol=1e-7, err_msg=str(key))
 
 
+def test_remat_model_trains_with_the_same_loss_and_gradients():
+    """Per-layer remat inside the trainer's jit/grad/eval_shape (mesh of 8) changes nothing."""
+    batch = _batch(rows=8, seed=5)
+    mesh = make_mesh(MeshConfig(2, 2, 2))
+    cfg = TrainerConfig(loss=LossConfig(kl_coef=0.01, entropy_coef=0.001), micro_batch_size=4)
+    results = []
+    for remat in (False, True):
+        config = dataclasses.replace(CONFIG, remat=remat)
+        model = shard_model(Transformer(config, rngs=nnx.Rngs(0)), mesh)
+        ref = shard_model(Transformer(config, rngs=nnx.Rngs(1)), mesh)
+        trainer = Trainer(model, cfg, mesh=mesh, ref_model=ref)
+        loss, grads = trainer.loss_and_grads(batch)
+        metrics, _ = trainer.step(batch)
+        results.append((loss, _flat(grads), metrics["loss"]))
+    np.testing.assert_allclose(results[1][0], results[0][0], rtol=1e-6)
+    np.testing.assert_allclose(results[1][1], results[0][1], rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(results[1][2], results[0][2], rtol=1e-6)
+
+
 def test_microbatch_token_mean_depends_on_micro_batch_size():
     """The official aggregation is reproduced, including its dependence on micro-batching."""
     batch = _batch(rows=8, seed=2)

@@ -234,7 +234,20 @@ def _run_layer(layer: DecoderLayer, x, frame, kv):
     return layer(x, frame, kv)
 
 
-_run_layer_remat = nnx.remat(_run_layer)
+def _run_layer_remat(layer: DecoderLayer, x, frame, kv):
+    """`_run_layer` with its activations recomputed in the backward pass.
+
+    A pure `jax.checkpoint` over the layer's state rather than `nnx.remat`: the layer is only
+    read, never mutated, so nothing flows back into the module, and it works when the model was
+    merged inside an outer JAX transform (the trainer's jit / grad / eval_shape), where
+    `nnx.remat` fails with "Cannot mutate Param from a different trace level".
+    """
+    graphdef, state = nnx.split(layer)
+
+    def pure(state, x, frame, kv):
+        return _run_layer(nnx.merge(graphdef, state), x, frame, kv)
+
+    return jax.checkpoint(pure)(state, x, frame, kv)
 
 
 class Transformer(nnx.Module):
