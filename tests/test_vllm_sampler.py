@@ -6,9 +6,13 @@ checkpoint (`from_pretrained`), scoring the same tokens. Tests run in file order
 server; each sets the weights it needs.
 """
 
+import contextlib
 import os
 import signal
+import socket
+import threading
 import time
+from urllib.parse import urlparse
 
 import jax
 import jax.numpy as jnp
@@ -255,6 +259,84 @@ def test_mismatched_world_size_fails_within_timeout_and_sync_recovers(sampler, m
     metrics = sampler.update_weights(nnx.state(model), version=3)
     assert metrics["weight_sync/init_s"] > 0
     assert metrics["weight_sync/verify_max_abs"] < ATOL
+
+
+class DroppingProxy:
+    """A real TCP proxy in front of the server that closes, without answering, the first
+    `drops` new connections whose first request is a completion (what a keep-alive race or a
+    flaky network does to a healthy server); everything else is piped through."""
+
+    def __init__(self, target: str, drops: int):
+        url = urlparse(target)
+        self.target = (url.hostname, url.port)
+        self.drops, self.dropped = drops, 0
+        self._lock = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _handle(self, conn):
+        first = conn.recv(65536)
+        with self._lock:
+            drop = first.startswith(b"POST /v1/completions") and self.dropped < self.drops
+            self.dropped += drop
+        if drop:
+            conn.close()
+            return
+        upstream = socket.create_connection(self.target)
+        upstream.sendall(first)
+
+        def pipe(src, dst):
+            try:
+                while data := src.recv(65536):
+                    dst.sendall(data)
+            except OSError:
+                pass
+            finally:
+                for sock in (src, dst):
+                    with contextlib.suppress(OSError):
+                        sock.shutdown(socket.SHUT_RDWR)
+
+        threading.Thread(target=pipe, args=(upstream, conn), daemon=True).start()
+        pipe(conn, upstream)
+
+    def close(self):
+        self._listener.close()
+
+
+def test_connection_dropped_by_a_healthy_server_is_sent_again(sampler):
+    from tango_jax.rollout.vllm_client import VLLMUnavailable
+
+    client = sampler.replicas[0].client
+    direct = client.base_url
+    params = SamplingParams(n=2, max_tokens=8, seed=1)
+    for drops in (2, 1000):
+        proxy = DroppingProxy(direct, drops)
+        client.base_url = proxy.url
+        before = sampler.metrics()
+        try:
+            if drops == 2:  # within max_restarts (2) resends: the batch completes
+                results = sampler.generate(PROMPTS, params)
+                assert [len(g) for g in results] == [2] * len(PROMPTS)
+                after = sampler.metrics()
+                assert proxy.dropped == 2
+                assert after["rollout/dropped_requests"] - before["rollout/dropped_requests"] == 2
+                assert after["rollout/server_restarts"] == before["rollout/server_restarts"]
+            else:  # a connection that keeps dropping is an error, raised after the resends
+                with pytest.raises(VLLMUnavailable):
+                    sampler.generate(PROMPTS, params)
+                assert proxy.dropped == 3 * len(PROMPTS)
+        finally:
+            client.base_url = direct
+            proxy.close()
 
 
 def test_killed_server_is_restarted_resynced_and_the_batch_completes(sampler, model):

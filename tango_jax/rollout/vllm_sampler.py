@@ -20,7 +20,10 @@ weights again (a restarted server starts from the checkpoint on disk; serving th
 prompts from it would silently mix weight versions), and the prompts that had not completed
 are sent again; prompts already completed are kept. At most `max_restarts` restarts per
 replica per call. A server the sampler does not own is not restarted: the error says so. A
-request that exceeds `request_timeout_s` and a rejected request (4xx) raise at once.
+connection dropped by a server that is alive and healthy (a keep-alive race, a proxy) is
+simply sent again, at most `max_restarts` times per replica per call, and counted in
+`rollout/dropped_requests`. A request that exceeds `request_timeout_s` and a rejected request
+(4xx) raise at once.
 
 Versions. `weight_version` is the version of the last `update_weights` (initially
 `initial_version`: the checkpoint). Before each batch the sampler checks the version the
@@ -120,7 +123,8 @@ class VLLMSamplerConfig:
     sync: how weights reach the servers (backend and dtype must match theirs).
     request_timeout_s: limit of one completions request (one prompt's `n` samples).
     max_concurrency: requests in flight per replica.
-    max_restarts: restarts of one replica within one `generate` / `update_weights` call.
+    max_restarts: restarts of one replica within one `generate` / `update_weights` call (and
+      resends of requests whose connection a healthy server dropped).
     verify_after_sync: score a fixed sequence with vLLM and with the JAX model after each
       sync and raise if they disagree (`vllm_verify`); costs one short forward pass each.
     """
@@ -203,7 +207,11 @@ class VLLMSampler:
         self.weight_version = initial_version
         self._state: Any = None  # the parameters of the last sync, to re-send after a restart
         self._synced = False
-        self.stats = {"rollout/server_restarts": 0.0, "rollout/retried_prompts": 0.0}
+        self.stats = {
+            "rollout/server_restarts": 0.0,
+            "rollout/retried_prompts": 0.0,
+            "rollout/dropped_requests": 0.0,
+        }
         self.replicas: list[_Replica] = []
         try:
             self._open_replicas()
@@ -249,6 +257,7 @@ class VLLMSampler:
         t0 = time.perf_counter()
         results: list[list[Completion] | None] = [None] * len(prompts)
         restarts = [0] * len(self.replicas)
+        resends = [0] * len(self.replicas)
         pending = list(range(len(prompts)))
         for replica in self.replicas:
             self._ensure_current(replica, restarts)
@@ -261,7 +270,16 @@ class VLLMSampler:
                     log.warning(
                         "%s failed on %d prompt(s): %s", self.replicas[r].name, len(ids), error
                     )
-                    self._recover(self.replicas[r], error, restarts, r)
+                    replica = self.replicas[r]
+                    if (
+                        isinstance(error, VLLMUnavailable)
+                        and resends[r] < self.config.max_restarts
+                        and self._healthy(replica)
+                    ):  # the server is fine and dropped the connection: send again
+                        resends[r] += 1
+                        self.stats["rollout/dropped_requests"] += len(ids)
+                    else:
+                        self._recover(replica, error, restarts, r)
                     self.stats["rollout/retried_prompts"] += len(ids)
         tokens = sum(len(c.token_ids) for group in results for c in group)  # type: ignore[union-attr]
         elapsed = time.perf_counter() - t0
@@ -339,10 +357,7 @@ class VLLMSampler:
                     metrics.update(self._verify(replica, params, version))
                 return metrics
             except WeightSyncError as e:
-                healthy = replica.client.health() and (
-                    replica.server is None or replica.server.alive
-                )
-                if not healthy:  # restart it; the loop then sends `params`
+                if not self._healthy(replica):  # restart it; the loop then sends `params`
                     self._recover(replica, e, restarts, r, resync=False)
                 elif retried:
                     raise
@@ -390,6 +405,11 @@ class VLLMSampler:
                 restarts,
                 self.replicas.index(replica),
             )
+
+    @staticmethod
+    def _healthy(replica: _Replica) -> bool:
+        alive = replica.server is None or replica.server.alive
+        return alive and replica.client.health()
 
     def _recover(
         self, replica: _Replica, error: Exception, restarts: list[int], r: int, resync=True
