@@ -119,6 +119,12 @@ class RoleConfig:
     eval_max_tokens: int = 0  # greedy evaluation budget; 0: rollout.max_tokens
     trainer: TrainerConfig = TrainerConfig()
 
+    @property
+    def max_sequence_len(self) -> int:
+        """Prompt + completion tokens of the longest sequence this role samples (training
+        rollouts or greedy evaluation): what a vLLM server's max_model_len must hold."""
+        return self.max_prompt_len + max(self.rollout.max_tokens, self.eval_max_tokens)
+
 
 @dataclasses.dataclass(frozen=True)
 class AlphaSettings:
@@ -270,12 +276,13 @@ def _check_roles(c: RunConfig) -> None:
         if role.sampler.backend is SamplerBackend.VLLM:
             if vllm.backend not in ("gloo", "nccl"):
                 _fail(f"{name}.sampler.vllm.backend", vllm.backend, "must be 'gloo' or 'nccl'.")
-            need = role.max_prompt_len + role.rollout.max_tokens
+            need = role.max_sequence_len
             if vllm.max_model_len is not None and vllm.max_model_len < need:
                 _fail(
                     f"{name}.sampler.vllm.max_model_len",
                     vllm.max_model_len,
-                    f"must hold max_prompt_len + rollout.max_tokens ({need}).",
+                    f"must hold max_prompt_len + max(rollout.max_tokens, eval_max_tokens) "
+                    f"({need}).",
                 )
     for name, role in trained:
         loss = role.trainer.loss
@@ -294,10 +301,8 @@ def _check_roles(c: RunConfig) -> None:
                 "already corrects for the sampler).",
             )
     p = c.data.prompts_per_step
-    rows = [("generator", c.generator, p * c.generator.rollout.n)]
-    if v.trainable:
-        rows.append(("verifier", v, p * v.rollout.n))
-    for name, role, batch in rows:
+    for name, role in trained:
+        batch = p * role.rollout.n
         mb = role.trainer.micro_batch_size
         if mb < 1 or batch % mb:
             _fail(

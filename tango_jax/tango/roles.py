@@ -123,8 +123,7 @@ def _vllm_sampler(
             f"sampler.vllm.devices has {len(v.devices)} entries for "
             f"{v.replicas} replicas; give one CUDA_VISIBLE_DEVICES per replica."
         )
-    budget = max(cfg.rollout.max_tokens, cfg.eval_max_tokens)
-    max_model_len = v.max_model_len or cfg.max_prompt_len + budget
+    max_model_len = v.max_model_len or cfg.max_sequence_len
     servers = (
         ()
         if v.urls
