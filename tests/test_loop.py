@@ -16,7 +16,7 @@ from safetensors.numpy import load_file
 
 from tango_jax import config_builders as cb
 from tango_jax.checkpoint import NonFiniteError, RunCheckpointer
-from tango_jax.config import load_run_config
+from tango_jax.config import DataSource, load_run_config
 from tango_jax.metrics import read_metrics
 from tango_jax.tango.loop import TangoLoop
 
@@ -38,7 +38,6 @@ def _short_config(
     for stage in (c.sft.generator, c.sft.verifier):
         stage.steps, stage.batch_size, stage.num_examples = 3, 8, 64
         stage.trainer.micro_batch_size = 8
-        stage.trainer.optimizer.total_steps = 3
     for role, max_tokens in ((c.generator, 24), (c.verifier, 32)):
         role.rollout.n = 2
         role.rollout.max_tokens = role.eval_max_tokens = role.response_bucket = max_tokens
@@ -228,3 +227,19 @@ def test_run_with_the_vllm_sampling_service(tmp_path):
     for role in ("generator", "verifier"):
         start, end = _weights(run_dir / "sft" / role), _weights(run_dir / "hf" / role)
         assert any(not np.array_equal(start[k], end[k]) for k in start), f"{role} unchanged"
+
+
+def test_file_data_drops_prompts_longer_than_max_prompt_len(tmp_path):
+    """Local JSONL data: problems whose generator prompt exceeds generator.max_prompt_len are
+    dropped from training and evaluation (TANGO_SPEC §4.1), the others kept in order."""
+    rows = [{"question": "What is 1 + 1?", "answer": "2"}] * 3
+    rows.insert(1, {"question": "Add " + " and ".join(["7"] * 400) + ".", "answer": "2800"})
+    path = tmp_path / "problems.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = _short_config(tmp_path / "run")
+    data = dataclasses.replace(
+        cfg.data, source=DataSource.JSONL, train_path=str(path), eval_path=str(path)
+    )
+    stream, evals = TangoLoop(dataclasses.replace(cfg, data=data))._data(None)
+    assert [p.question for p in stream.problems] == [rows[0]["question"]] * 3
+    assert [p.question for p in evals] == [rows[0]["question"]] * 3

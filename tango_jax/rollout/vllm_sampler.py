@@ -423,7 +423,7 @@ class VLLMSampler:
                 f"{replica.name} ({replica.client.base_url}) failed: {error}. It was not "
                 "launched by this sampler, so it is not restarted."
             ) from error
-        if server.alive and replica.client.health():
+        if self._healthy(replica):
             raise error  # the server is fine: the error is the request's
         if restarts[r] >= self.config.max_restarts:
             raise VLLMServerError(

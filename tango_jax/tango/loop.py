@@ -28,6 +28,7 @@ from tango_jax.checkpoint import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer, 
 from tango_jax.config import DataSource, RunConfig, make_schedule
 from tango_jax.config_types import to_dict
 from tango_jax.data import datasets, synthetic
+from tango_jax.data.tokenizer import load_tokenizer
 from tango_jax.metrics import MetricsWriter, PhaseTimer, Progress
 from tango_jax.models import save_pretrained
 from tango_jax.models.tiny import write_tiny_checkpoint
@@ -171,17 +172,16 @@ class TangoLoop:
         evals = datasets.load_problems(
             d.eval_path, datasets.Fields(d.question_field, d.answer_field)
         )
-        train, evals = self._drop_overlong(train, "train"), self._drop_overlong(evals, "eval")
+        tokenizer = load_tokenizer(self._initial_path("generator"))
+        train = self._drop_overlong(train, "train", tokenizer)
+        evals = self._drop_overlong(evals, "eval", tokenizer)
         stream = datasets.PromptStream(train, d.prompts_per_step, seed=d.seed, position=position)
         return stream, evals[: d.eval_size]
 
-    def _drop_overlong(self, problems: list, split: str) -> list:
+    def _drop_overlong(self, problems: list, split: str, tokenizer) -> list:
         """Drops problems whose generator prompt exceeds generator.max_prompt_len, as the
         official data loader does (filter_overlong_prompts, TANGO_SPEC §4.1), and says how
         many."""
-        from tango_jax.data.tokenizer import load_tokenizer
-
-        tokenizer = load_tokenizer(self._initial_path("generator"))
         limit, style = self.cfg.generator.max_prompt_len, self.cfg.data.prompt_style
         texts = [formats.render_generator_prompt(p.question, style=style) for p in problems]
         lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]

@@ -93,10 +93,6 @@ class Schedule:
         return sum(self.phase(s).kind is kind for s in range(1, upto + 1))
 
     @property
-    def generator_steps(self) -> int:
-        return self.count(Kind.GENERATOR)
-
-    @property
     def alpha_horizon(self) -> int:
         """T_g of the α schedule, by the official formula (T:175-232): the alternating steps'
         generator share, int(remaining · N_g / (N_g + N_v)), or all remaining steps without

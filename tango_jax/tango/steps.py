@@ -60,8 +60,8 @@ def _mean(xs) -> float:
     return float(np.mean(xs)) if xs else 0.0
 
 
-def _generated_tokens(outs) -> int:
-    return sum(len(c.token_ids) for per_prompt in outs for c in per_prompt)
+def _generated_tokens(completions) -> int:
+    return sum(len(c.token_ids) for c in completions)
 
 
 def _rollout_metrics(prefix: str, completions) -> dict[str, float]:
@@ -136,7 +136,7 @@ def generator_step(
         outs = gen.generate(
             prompts, gen.train_params(step_seed(cfg.seed, global_step, Purpose.GENERATOR_ROLLOUTS))
         )
-        rec.tokens += _generated_tokens(outs)
+        rec.tokens += _generated_tokens(c for group in outs for c in group)
     with timer("reward"):
         solutions, reward_metrics = feedback.score_solutions(
             ctx.scorer, problems, outs, timeout_s=cfg.scorer_timeout_s
@@ -158,7 +158,7 @@ def generator_step(
                 seed=step_seed(cfg.seed, global_step, Purpose.FEEDBACK),
                 format_weight=alg.verifier_format_weight,
             )
-            rec.tokens += _generated_tokens([[j.completion for j in row] for row in judged])
+            rec.tokens += _generated_tokens(j.completion for row in judged for j in row)
         verdicts = [row[0].verification.verdict for row in judged]
         nv = alg.verifications_per_response
         metrics |= _side_drift(
@@ -254,7 +254,7 @@ def verifier_step(
         outs = gen.generate(
             prompts, gen.train_params(step_seed(cfg.seed, global_step, Purpose.SOLUTIONS), n=1)
         )
-        rec.tokens += _generated_tokens(outs)
+        rec.tokens += _generated_tokens(c for group in outs for c in group)
     with timer("reward"):
         solutions, reward_metrics = feedback.score_solutions(
             ctx.scorer, problems, outs, timeout_s=cfg.scorer_timeout_s
@@ -269,7 +269,7 @@ def verifier_step(
             seed=step_seed(cfg.seed, global_step, Purpose.VERIFICATIONS),
             format_weight=alg.verifier_format_weight,
         )
-        rec.tokens += _generated_tokens([[j.completion for j in row] for row in judged])
+        rec.tokens += _generated_tokens(j.completion for row in judged for j in row)
     flat = [j for row in judged for j in row]  # solution-major: rows i*n .. i*n+n-1
     labels = np.repeat([s.correct for s in solutions], n)
     rewards_v = np.asarray([j.reward for j in flat], np.float32)
