@@ -17,9 +17,11 @@ from typing import Any
 from tango_jax.config_types import ConfigError, from_dict
 from tango_jax.data.synthetic import ArithConfig
 from tango_jax.parallel.mesh import MeshConfig
-from tango_jax.rl.advantages import AdvantageEstimator, AlphaScheduleKind, ReweightMethod
+from tango_jax.rl.advantages import AdvantageEstimator
 from tango_jax.rl.trainer import TrainerConfig
+from tango_jax.tango.class_balance import ReweightMethod
 from tango_jax.tango.formats import PromptStyle
+from tango_jax.tango.process_advantages import AlphaScheduleKind
 from tango_jax.tango.schedule import Kind, Schedule
 
 

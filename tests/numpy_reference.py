@@ -1,4 +1,5 @@
-"""Plain NumPy references for tango_jax.rl.advantages and tango_jax.rl.losses.
+"""Plain NumPy references for tango_jax.rl.advantages, tango_jax.tango.process_advantages,
+tango_jax.tango.class_balance and tango_jax.rl.losses.
 
 Written from the official formulas (RL-Tango `core_algos.py`, `rl_tango_trainer.py`, veRL
 `dp_actor.py`; TANGO_SPEC.md §2-3), loop by loop in float64, without looking at how the JAX code

@@ -33,9 +33,10 @@ from tango_jax.metrics import MetricsWriter, PhaseTimer, Progress
 from tango_jax.models import save_pretrained
 from tango_jax.models.tiny import write_tiny_checkpoint
 from tango_jax.parallel.mesh import make_mesh
-from tango_jax.rl.advantages import AlphaSchedule, ClassBalanceState
 from tango_jax.tango import formats
+from tango_jax.tango.class_balance import ClassBalanceState
 from tango_jax.tango.evaluation import evaluate
+from tango_jax.tango.process_advantages import AlphaSchedule
 from tango_jax.tango.roles import Role, build_role
 from tango_jax.tango.schedule import Kind, Schedule
 from tango_jax.tango.scoring_pool import OutcomeScorer

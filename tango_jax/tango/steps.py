@@ -23,10 +23,12 @@ import numpy as np
 from tango_jax.config import RunConfig
 from tango_jax.data.datasets import Problem
 from tango_jax.metrics import PhaseTimer
-from tango_jax.rl import advantages as adv
+from tango_jax.rl.advantages import outcome_advantages
 from tango_jax.rl.batch import TrainBatch, make_batch
 from tango_jax.rollout.drift import logprob_drift
 from tango_jax.tango import feedback, formats
+from tango_jax.tango.class_balance import ClassBalanceState, class_weights, update_class_balance
+from tango_jax.tango.process_advantages import AlphaSchedule, AlphaScheduleKind, blended_advantages
 from tango_jax.tango.rewards import OutcomeScorer
 from tango_jax.tango.roles import Role
 
@@ -52,7 +54,7 @@ class StepContext:
     generator: Role
     verifier: Role | None
     scorer: OutcomeScorer
-    alpha: adv.AlphaSchedule
+    alpha: AlphaSchedule
 
 
 def _mean(xs) -> float:
@@ -186,7 +188,7 @@ def generator_step(
             solutions, judged, gen.tokenizer, batch.response_mask.shape[1]
         )
         metrics |= {f"generator/{k}": v for k, v in step_stats.items()}
-    a, a_out, a_step = adv.generator_advantages(
+    a, a_out, a_step = blended_advantages(
         alg.estimator,
         jnp.asarray(rewards_b),
         jnp.asarray(batch.response_mask),
@@ -207,7 +209,7 @@ def generator_step(
         "generator/format_score": _mean(s.format_score for s in solutions),
         "generator/num_steps/mean": _mean(len(s.steps) for s in solutions),
         "generator/alpha": weights[1]
-        if has_step_term and alg.alpha.kind is not adv.AlphaScheduleKind.NONE
+        if has_step_term and alg.alpha.kind is not AlphaScheduleKind.NONE
         else 0.0,
         "generator/adv/outcome_abs": float(np.abs(np.asarray(a_out))[mask].mean()),
         "generator/adv/step_abs": float(np.abs(np.asarray(a_step))[mask].mean()),
@@ -239,9 +241,9 @@ def verifier_step(
     problems: Sequence[Problem],
     *,
     global_step: int,
-    class_state: adv.ClassBalanceState,
+    class_state: ClassBalanceState,
     timer: PhaseTimer,
-) -> tuple[dict[str, float], adv.ClassBalanceState]:
+) -> tuple[dict[str, float], ClassBalanceState]:
     """One verifier update; returns metrics and the updated class-balance EMA."""
     cfg, gen, ver = ctx.cfg, ctx.generator, ctx.verifier
     alg = cfg.algorithm
@@ -275,20 +277,19 @@ def verifier_step(
     rewards_v = np.asarray([j.reward for j in flat], np.float32)
     weights = None
     if alg.class_reweight is not None:
-        class_state = adv.update_class_balance(class_state, labels, alg.class_ema_decay)
-        weights = adv.class_weights(class_state, labels, alg.class_reweight)
+        class_state = update_class_balance(class_state, labels, alg.class_ema_decay)
+        weights = class_weights(class_state, labels, alg.class_reweight)
     batch = _batch(
         ver,
         [p for p in ver_prompts for _ in range(n)],
         [j.completion for j in flat],
         sample_weights=weights,
     )
-    a, _, _ = adv.generator_advantages(
+    a = outcome_advantages(
         alg.estimator,
         jnp.asarray(rewards_v),
         jnp.asarray(batch.response_mask),
         n,
-        (1.0, 0.0),
         eps=alg.eps,
         reinforce_pp_baseline=alg.reinforce_pp_baseline,
     )
