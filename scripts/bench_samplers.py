@@ -70,9 +70,9 @@ def main(argv: list[str]) -> int:
     results["jax"] = _timed(
         JaxSampler(model, load_tokenizer(model_dir), mesh=mesh), prompts, params
     )
-    from tango_jax.rollout.vllm_sampler import VLLMSampler, VLLMSamplerConfig
-    from tango_jax.rollout.vllm_server import VLLMServerConfig
-    from tango_jax.rollout.weight_sync import WeightSyncConfig
+    from tango_jax.rollout.vllm.sampler import VLLMSampler, VLLMSamplerConfig
+    from tango_jax.rollout.vllm.server import VLLMServerConfig
+    from tango_jax.rollout.vllm.sync import WeightSyncConfig
 
     server = VLLMServerConfig(
         model=str(model_dir),

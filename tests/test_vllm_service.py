@@ -14,29 +14,29 @@ from pathlib import Path
 
 import pytest
 
-from tango_jax.rollout import vllm_install
 from tango_jax.rollout.base import FinishReason, Prompt, SamplingParams
-from tango_jax.rollout.vllm_auth import PrivilegedRouteAuth
-from tango_jax.rollout.vllm_client import (
+from tango_jax.rollout.vllm import install as vllm_install
+from tango_jax.rollout.vllm.auth import PrivilegedRouteAuth
+from tango_jax.rollout.vllm.client import (
     VLLMClient,
     VLLMError,
     VLLMHTTPError,
     VLLMRequestTimeout,
     VLLMUnavailable,
 )
-from tango_jax.rollout.vllm_sampler import (
+from tango_jax.rollout.vllm.sampler import (
     VLLMSamplerConfig,
     completion_request,
     parse_completions,
 )
-from tango_jax.rollout.vllm_server import (
+from tango_jax.rollout.vllm.server import (
     AUTH_MIDDLEWARE,
     VLLMServerConfig,
     is_loopback,
     server_command,
     server_env,
 )
-from tango_jax.rollout.weight_sync import WeightSyncConfig
+from tango_jax.rollout.vllm.sync import WeightSyncConfig
 
 # --- how the server is started -----------------------------------------------------------------
 
@@ -60,7 +60,7 @@ def test_command_and_env_enable_weight_routes_on_loopback():
 
 
 def test_chunked_prefill_flag(monkeypatch):
-    from tango_jax.rollout import vllm_server
+    from tango_jax.rollout.vllm import server as vllm_server
 
     def flags(cpu_build, chunked):
         monkeypatch.setattr(vllm_server, "is_cpu_build", lambda: cpu_build)

@@ -26,12 +26,12 @@ pytest.importorskip("vllm")
 
 from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource  # noqa: E402
 
-from tango_jax.rollout.vllm_gloo_engine import GlooWeightTransferEngine, plan_buckets  # noqa: E402
-from tango_jax.rollout.vllm_gloo_trainer import (  # noqa: E402
+from tango_jax.rollout.vllm.gloo.engine import GlooWeightTransferEngine, plan_buckets  # noqa: E402
+from tango_jax.rollout.vllm.gloo.trainer import (  # noqa: E402
     GlooTrainerInitInfo,
     GlooTrainerWeightTransferEngine,
 )
-from tango_jax.rollout.weight_sync import (  # noqa: E402
+from tango_jax.rollout.vllm.sync import (  # noqa: E402
     WeightSync,
     WeightSyncConfig,
     WeightSyncError,

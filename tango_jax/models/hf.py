@@ -313,7 +313,8 @@ def iter_hf_tensors(
         yield entry.hf_name, out if dtype is None else out.astype(dtype)
 
 
-def _to_host(x: jax.Array) -> np.ndarray:
+def to_host(x: jax.Array) -> np.ndarray:
+    """The whole of `x` as a host array (an all-gather when it spans several processes)."""
     if not x.is_fully_addressable:
         from jax.experimental import multihost_utils
 
@@ -349,7 +350,7 @@ def save_pretrained(
         shards: list[dict[str, np.ndarray]] = [{}]
         size = 0
         for name, value in iter_hf_tensors(model):
-            host = _to_host(value).astype(dtype)
+            host = to_host(value).astype(dtype)
             if size and size + host.nbytes > max_shard_bytes:
                 shards.append({})
                 size = 0

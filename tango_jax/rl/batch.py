@@ -18,9 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-
-def round_up(n: int, multiple: int) -> int:
-    return max(multiple, -(-n // multiple) * multiple)
+from tango_jax.buckets import round_up
 
 
 @dataclasses.dataclass(frozen=True)

@@ -113,9 +113,9 @@ def _vllm_sampler(
     arrays of that sync have been donated to the next train step. A frozen role (model None)
     is never synced.
     """
-    from tango_jax.rollout.vllm_sampler import VLLMSampler, VLLMSamplerConfig
-    from tango_jax.rollout.vllm_server import VLLMServerConfig
-    from tango_jax.rollout.weight_sync import WeightSyncConfig
+    from tango_jax.rollout.vllm.sampler import VLLMSampler, VLLMSamplerConfig
+    from tango_jax.rollout.vllm.server import VLLMServerConfig
+    from tango_jax.rollout.vllm.sync import WeightSyncConfig
 
     v = cfg.sampler.vllm
     if v.devices and len(v.devices) != v.replicas:

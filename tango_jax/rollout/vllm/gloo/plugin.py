@@ -4,7 +4,7 @@ vLLM calls `register()` in every process it starts (API server, engine core, wor
 the `vllm.general_plugins` entry point declared in pyproject.toml, so that
 `vllm serve --weight-transfer-config '{"backend": "gloo"}'` finds the engine on the worker
 side exactly as it finds the built-in "nccl" one. The trainer registers the same name in its
-own process (`weight_sync` calls `register()`) for the trainer-side engine.
+own process (`vllm.sync` calls `register()`) for the trainer-side engine.
 
 Registration is lazy (a module path, not a class), so this import stays cheap: no torch, no
 JAX, and vLLM's factory module only.
@@ -13,8 +13,8 @@ JAX, and vLLM's factory module only.
 from __future__ import annotations
 
 BACKEND = "gloo"
-_ENGINE_MODULE = "tango_jax.rollout.vllm_gloo_engine"
-_TRAINER_MODULE = "tango_jax.rollout.vllm_gloo_trainer"
+_ENGINE_MODULE = "tango_jax.rollout.vllm.gloo.engine"
+_TRAINER_MODULE = "tango_jax.rollout.vllm.gloo.trainer"
 
 
 def register() -> None:

@@ -9,7 +9,7 @@ processes. It is started with:
   --logprobs-mode processed_logprobs                    log-probs of the sampling
                                                         distribution (logits / temperature)
   --host 127.0.0.1 by default                           the update routes are privileged
-  VLLM_API_KEY + --middleware ...vllm_auth...           when a key is set: every route but
+  VLLM_API_KEY + --middleware ...vllm.auth...           when a key is set: every route but
                                                         /health needs it (required for a
                                                         non-loopback host)
   CUDA_VISIBLE_DEVICES / VLLM_CPU_KVCACHE_SPACE         its own GPUs / its CPU KV-cache size
@@ -35,12 +35,13 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from tango_jax.rollout.vllm_client import VLLMClient
-from tango_jax.rollout.vllm_install import is_cpu_build, require_vllm
+from tango_jax.rollout.vllm.client import VLLMClient
+from tango_jax.rollout.vllm.install import is_cpu_build, require_vllm
+from tango_jax.rollout.vllm.net import free_port
 
 log = logging.getLogger(__name__)
 
-AUTH_MIDDLEWARE = "tango_jax.rollout.vllm_auth.PrivilegedRouteAuth"
+AUTH_MIDDLEWARE = "tango_jax.rollout.vllm.auth.PrivilegedRouteAuth"
 
 
 class VLLMServerError(RuntimeError):
@@ -202,14 +203,6 @@ def _module_stubs(modules: tuple[str, ...]) -> str:
             "(VLLMServerConfig.blocked_modules)')\n"
         )
     return str(root)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 class VLLMServer:

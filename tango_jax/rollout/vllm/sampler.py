@@ -51,14 +51,14 @@ from typing import Any
 from tango_jax.models.config import ModelConfig
 from tango_jax.models.hf import read_config
 from tango_jax.rollout.base import Completion, FinishReason, Prompt, SamplingParams
-from tango_jax.rollout.vllm_client import (
+from tango_jax.rollout.vllm.client import (
     VLLMClient,
     VLLMError,
     VLLMHTTPError,
     VLLMUnavailable,
 )
-from tango_jax.rollout.vllm_server import VLLMServer, VLLMServerConfig, VLLMServerError
-from tango_jax.rollout.weight_sync import WeightSync, WeightSyncConfig, WeightSyncError
+from tango_jax.rollout.vllm.server import VLLMServer, VLLMServerConfig, VLLMServerError
+from tango_jax.rollout.vllm.sync import WeightSync, WeightSyncConfig, WeightSyncError
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ class VLLMSamplerConfig:
     max_restarts: restarts of one replica within one `generate` / `update_weights` call (and
       resends of requests whose connection a healthy server dropped).
     verify_after_sync: score a fixed sequence with vLLM and with the JAX model after each
-      sync and raise if they disagree (`vllm_verify`); costs one short forward pass each.
+      sync and raise if they disagree (`vllm.verify`); costs one short forward pass each.
     """
 
     servers: tuple[VLLMServerConfig, ...] = ()
@@ -366,7 +366,7 @@ class VLLMSampler:
                 retried = True
 
     def _verify(self, replica: _Replica, params: Any, version: int) -> dict[str, float]:
-        from tango_jax.rollout.vllm_verify import SyncTolerance, verify_sync
+        from tango_jax.rollout.vllm.verify import SyncTolerance, verify_sync
 
         return verify_sync(
             replica.client,

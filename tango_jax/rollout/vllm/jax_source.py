@@ -31,7 +31,7 @@ import torch
 from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource
 
 from tango_jax.models.config import ModelConfig
-from tango_jax.models.hf import _to_host, iter_hf_tensors, tensor_table
+from tango_jax.models.hf import iter_hf_tensors, tensor_table, to_host
 
 
 class JaxWeightSource(WeightSource):
@@ -77,7 +77,7 @@ class JaxWeightSource(WeightSource):
             # Ready before torch reads it: torch's stream knows nothing of XLA's.
             whole = jax.block_until_ready(jax.device_put(x, jax.local_devices()[0]))
             return torch.utils.dlpack.from_dlpack(whole)
-        host = np.ascontiguousarray(_to_host(x))
+        host = np.ascontiguousarray(to_host(x))
         with warnings.catch_warnings():  # read-only buffer: torch only reads it
             warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
             # Through bytes: torch has no view of ml_dtypes' bfloat16 arrays.

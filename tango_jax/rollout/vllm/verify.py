@@ -40,7 +40,7 @@ from flax import nnx
 from tango_jax.models.config import ModelConfig
 from tango_jax.models.transformer import Transformer
 from tango_jax.parallel.partition import abstract_model
-from tango_jax.rollout.vllm_client import VLLMClient
+from tango_jax.rollout.vllm.client import VLLMClient
 
 
 class SyncVerificationError(RuntimeError):

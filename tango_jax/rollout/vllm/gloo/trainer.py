@@ -1,5 +1,5 @@
-"""Trainer side of tango_jax's gloo weight-transfer engine for vLLM (see `vllm_gloo_engine`
-for the wire protocol and the worker side).
+"""Trainer side of tango_jax's gloo weight-transfer engine for vLLM (see `gloo.engine` for
+the wire protocol and the worker side).
 
 The trainer is rank 0 of the gloo group and hosts its TCPStore; `trainer_init` opens the store,
 asks the server's workers to join through `/init_weight_transfer_engine` and joins itself,
@@ -29,18 +29,17 @@ from vllm.distributed.weight_transfer.base import (
     WeightSource,
 )
 
-from tango_jax.rollout.vllm_gloo_engine import (
+from tango_jax.rollout.vllm.gloo.engine import (
     DEFAULT_BUCKET_BYTES,
     DEFAULT_TIMEOUT_S,
     GlooInitInfo,
     GlooUpdateInfo,
-    WeightTransferTimeout,
     abort_group,
-    in_daemon_thread,
     open_gloo_group,
     plan_buckets,
     tensor_nbytes,
 )
+from tango_jax.rollout.vllm.net import WeightTransferTimeout, in_daemon_thread
 
 
 @dataclasses.dataclass
