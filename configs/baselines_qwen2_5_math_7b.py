@@ -15,7 +15,7 @@ All variants train 300 generator steps, like the Tango config; those without ver
 have no warm-up and no verifier steps, so total_steps = 300.
 """
 
-from tango_jax import config_builders as cb
+from tango_jax.config import sibling_config
 
 VARIANTS = ("grpo", "fixed_verifier", "rloo", "rloo_tango", "reinforce_pp", "reinforce_pp_tango")
 
@@ -23,7 +23,7 @@ VARIANTS = ("grpo", "fixed_verifier", "rloo", "rloo_tango", "reinforce_pp", "rei
 def get_config(variant: str = "grpo"):
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; choose one of {VARIANTS}.")
-    c = cb.sibling_config(__file__, "tango_qwen2_5_math_7b").get_config()
+    c = sibling_config(__file__, "tango_qwen2_5_math_7b").get_config()
     c.name = f"{variant}_qwen2_5_math_7b"
     c.run_dir = f"runs/{c.name}"
     tango = variant.endswith("tango") or variant == "fixed_verifier"

@@ -13,11 +13,11 @@ greedily on data.eval_path, and exports it to run_dir/hf/generator. For Llama (T
 --config.generator.model.path=models/Llama-3.1-8B-Instruct.
 """
 
-from tango_jax import config_builders as cb
+from tango_jax.config import sibling_config
 
 
 def get_config():
-    c = cb.sibling_config(__file__, "tango_qwen2_5_math_7b").get_config()
+    c = sibling_config(__file__, "tango_qwen2_5_math_7b").get_config()
     c.name = "sft_qwen2_5_math_7b"
     c.run_dir = "runs/sft_qwen2_5_math_7b"
     c.generator.model.path = "models/Qwen2.5-Math-7B"
@@ -26,14 +26,10 @@ def get_config():
     c.verifier.enable = False
     c.verifier.trainable = False
     c.algorithm.step_rewards = False
-    c.schedule = cb.schedule(total_steps=0, verifier_warmup_steps=0)
-    # micro-batch 2 per GPU x 8 GPUs (official micro_batch_size_per_gpu = 2)
-    c.sft.generator = cb.sft(
-        enable=True,
-        steps=800,
-        batch_size=64,
-        lr=5e-6,
-        micro_batch_size=16,
-        data_path="data/eurus2_sft_llama70b.jsonl",
-    )
+    c.schedule.total_steps = 0
+    c.schedule.verifier_warmup_steps = 0
+    # The paper's SFT stage is the default (800 steps of 64, lr 5e-6 cosine, micro-batch 2 per
+    # GPU x 8 GPUs = 16).
+    c.sft.generator.enable = True
+    c.sft.generator.data_path = "data/eurus2_sft_llama70b.jsonl"
     return c

@@ -10,11 +10,11 @@ docstring shows how to launch the vLLM servers:
         --config.data.eval_path=data/math500/test.jsonl
 """
 
-from tango_jax import config_builders as cb
+from tango_jax.config import sibling_config
 
 
 def get_config():
-    c = cb.sibling_config(__file__, "tango_qwen2_5_math_7b").get_config()
+    c = sibling_config(__file__, "tango_qwen2_5_math_7b").get_config()
     c.name = "tango_llama3_1_8b"
     c.run_dir = "runs/tango_llama3_1_8b"
     c.generator.model.path = "models/Llama-3.1-8B-Instruct-SFT"

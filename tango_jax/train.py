@@ -7,14 +7,13 @@ name or value fails here, before any model loads), and runs the Tango loop.
 from __future__ import annotations
 
 import logging
-import re
 import sys
 
 from absl import app, flags
 from ml_collections import config_flags
 
-from tango_jax.config import load_run_config
-from tango_jax.config_types import ConfigError
+from tango_jax.config import RunConfig, load_run_config
+from tango_jax.config_types import ConfigError, UnknownFieldError, check_path
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config",
@@ -53,26 +52,33 @@ def main(argv: list[str]) -> None:
     )
 
 
+def _override_paths(argv: list[str]) -> list[tuple[str, str]]:
+    """(flag as given, field path) of each `--config.a.b[=v]` / `--noconfig.a.b` argument."""
+    out = []
+    for arg in argv[1:]:
+        name = arg.lstrip("-").split("=", 1)[0]
+        for prefix in ("config.", "noconfig."):
+            if arg.startswith("-") and name.startswith(prefix):
+                out.append((f"--{name}", name.removeprefix(prefix)))
+    return out
+
+
 def _parse_flags(argv: list[str]) -> list[str]:
-    """absl flag parsing, with ml_collections' errors for overrides of unknown fields (raised
-    as AttributeError / KeyError from deep inside) turned into a one-line config error."""
-    try:
-        return flags.FLAGS(argv)
-    except (AttributeError, KeyError) as e:
-        text = str(e).replace("\\n", " ").replace("\\'", "'").replace("\n", " ")
-        unknown = re.search(r"'(\w+)'", text)
-        name = unknown.group(1) if unknown else "?"
-        hint = re.search(r"Did you mean \"(\w+)\"", text)
-        flags_given = [a.split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")]
-        bad = next(
-            (f for f in flags_given if f.endswith(f".{name}") or f".{name}." in f),
-            f"--config ({name})",
-        )
-        sys.exit(
-            f"config error: {bad}: unknown field"
-            + (f"; did you mean '{hint.group(1)}'?" if hint else ".")
-            + " Every field is documented in tango_jax/config_builders.py."
-        )
+    """absl flag parsing, after every override's field path has been checked against the
+    schema (`RunConfig`): a misspelt field is one line with its close matches, before
+    ml_collections would fail on it deep inside absl."""
+    for flag, path in _override_paths(argv):
+        try:
+            check_path(RunConfig, path, root=flag.removesuffix(f".{path}"))
+        except UnknownFieldError as e:
+            hint = f"; did you mean {e.hint}?" if e.suggestions else "."
+            sys.exit(
+                f"config error: {flag}: unknown field{hint} "
+                f"Known fields of {e.group}: {', '.join(e.known)}."
+            )
+        except ConfigError as e:
+            sys.exit(f"config error: {e}")
+    return flags.FLAGS(argv)
 
 
 if __name__ == "__main__":

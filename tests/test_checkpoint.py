@@ -47,6 +47,7 @@ TRAIN = TrainerConfig(
         learning_rate=1e-3, schedule=LRSchedule.COSINE, warmup_ratio=0.25, total_steps=8
     ),
     loss=LossConfig(kl_coef=0.0),
+    micro_batch_size=4,
 )
 ROLES = ("generator", "verifier")
 

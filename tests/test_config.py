@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 from ml_collections import config_dict
 
-from tango_jax import config_builders as cb
-from tango_jax.config import RunConfig, SamplerBackend, load_run_config, make_schedule
+from tango_jax.config import RunConfig, SamplerBackend, load_run_config, sibling_config
 from tango_jax.config_types import ConfigError, from_dict, to_dict
 from tango_jax.rl.advantages import AdvantageEstimator
 from tango_jax.tango.schedule import Kind
@@ -17,7 +16,7 @@ CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
 
 def _load(name: str, variant: str | None = None):
-    module = cb.sibling_config(str(CONFIGS / "x.py"), name)
+    module = sibling_config(str(CONFIGS / "x.py"), name)
     return module.get_config() if variant is None else module.get_config(variant)
 
 
@@ -46,9 +45,9 @@ def test_every_shipped_config_validates(name, variant):
 
 def test_baseline_variants_mean_what_they_say():
     grpo = load_run_config(_load("baselines_qwen2_5_math_7b", "grpo"))
-    assert not grpo.verifier.enable and make_schedule(grpo).count(Kind.GENERATOR) == 300
+    assert not grpo.verifier.enable and grpo.schedule.count(Kind.GENERATOR) == 300
     tango = load_run_config(_load("tango_qwen2_5_math_7b"))
-    assert make_schedule(tango).count(Kind.GENERATOR) == 300
+    assert tango.schedule.count(Kind.GENERATOR) == 300
     assert tango.generator.sampler.backend is SamplerBackend.VLLM
     rpp = load_run_config(_load("baselines_qwen2_5_math_7b", "reinforce_pp_tango"))
     assert rpp.algorithm.estimator is AdvantageEstimator.REINFORCE_PP

@@ -14,9 +14,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from tango_jax import config_builders as cb
 from tango_jax.checkpoint import NonFiniteError, RunCheckpointer
-from tango_jax.config import DataSource, load_run_config
+from tango_jax.config import DataSource, load_run_config, sibling_config
 from tango_jax.metrics import read_metrics
 from tango_jax.tango.loop import TangoLoop
 
@@ -29,7 +28,7 @@ def _short_config(
     run_dir: Path, *, backend: str = "jax", total_steps: int = 5, variant: str = "tango"
 ):
     """tiny_arith shrunk to seconds per step: V (warm-up), then G, G, G, V."""
-    c = cb.sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config(variant)
+    c = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config(variant)
     c.run_dir = str(run_dir)
     c.scorer_workers = 1
     # The session's 8 simulated devices: FSDP over 2 and tensor parallelism over 4, so the loop
@@ -47,9 +46,8 @@ def _short_config(
     c.data.prompts_per_step = 2
     c.data.eval_size = 4
     trains_verifier = c.verifier.enable and c.verifier.trainable
-    c.schedule = cb.schedule(
-        total_steps=total_steps, verifier_warmup_steps=1 if trains_verifier else 0
-    )
+    c.schedule.total_steps = total_steps
+    c.schedule.verifier_warmup_steps = 1 if trains_verifier else 0
     c.eval.every_generator_steps = 2
     c.checkpoint.every_steps = 2
     c.checkpoint.keep = 3

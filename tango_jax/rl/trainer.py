@@ -53,12 +53,14 @@ class LRSchedule(enum.Enum):
 
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig:
+    """AdamW with global-norm clipping; the defaults are the paper's RL values (TANGO_SPEC §6)."""
+
     learning_rate: float = 1e-6
-    schedule: LRSchedule = LRSchedule.CONSTANT
-    warmup_ratio: float = 0.0  # fraction of total_steps (cosine schedule)
-    total_steps: int = 1  # horizon of the cosine schedule
+    schedule: LRSchedule = LRSchedule.CONSTANT  # constant (RL) | cosine (SFT)
+    warmup_ratio: float = 0.0  # cosine: linear warm-up over this fraction of total_steps
+    total_steps: int = 1  # horizon of the cosine schedule (optimiser steps)
     b1: float = 0.9
-    b2: float = 0.999
+    b2: float = 0.999  # 0.999 RL (veRL's default), 0.95 SFT
     eps: float = 1e-8
     weight_decay: float = 0.01
     grad_clip: float = 1.0  # global-norm clipping; <= 0 disables
@@ -92,13 +94,15 @@ class OptimizerConfig:
 class LossConfig:
     """The per-token loss: `pg - entropy_coef·H + kl_coef·KL` (PG) or `-log p` (SFT)."""
 
-    objective: Objective = Objective.POLICY_GRADIENT
-    clip_low: float = 0.2
+    objective: Objective = Objective.POLICY_GRADIENT  # pg | sft
+    clip_low: float = 0.2  # PPO clip range (inert at ρ ≡ 1, the official one-step regime)
     clip_high: float = 0.2
-    dual_clip: float | None = None
-    kl_coef: float = 0.001
-    kl_estimator: losses.KLEstimator = losses.KLEstimator.K3
-    entropy_coef: float = 0.001
+    dual_clip: float | None = None  # dual-clip PPO constant (> 1); None: off
+    kl_coef: float = 0.001  # β of the KL-to-reference term, in the loss
+    kl_estimator: losses.KLEstimator = losses.KLEstimator.K3  # kl | abs | mse | low_var_kl
+    entropy_coef: float = 0.001  # entropy bonus
+    # token-mean (exact over the mini-batch) | seq-mean-token-mean | microbatch-token-mean (the
+    # official code: depends on the micro-batch size)
     agg_mode: losses.LossAggMode = losses.LossAggMode.TOKEN_MEAN
     temperature: float = 1.0  # logits are divided by the sampling temperature (as the sampler)
     logprob_chunk: int = 256  # sequence chunk for the log-prob pass (memory, not numerics)
@@ -114,7 +118,9 @@ class LossConfig:
 class TrainerConfig:
     optimizer: OptimizerConfig = OptimizerConfig()
     loss: LossConfig = LossConfig()
-    micro_batch_size: int = 4  # rows per accumulation step, over the whole mesh
+    # Rows per accumulation step over the whole mesh (memory only: the accumulation is exact);
+    # the paper's 4 per GPU x 8 GPUs.
+    micro_batch_size: int = 32
 
 
 def _tree_norm(tree) -> jax.Array:

@@ -25,7 +25,7 @@ import logging
 from pathlib import Path
 
 from tango_jax.checkpoint import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer, check_finite
-from tango_jax.config import DataSource, RunConfig, make_schedule
+from tango_jax.config import DataSource, RunConfig
 from tango_jax.config_types import to_dict
 from tango_jax.data import datasets, synthetic
 from tango_jax.data.tokenizer import load_tokenizer
@@ -36,9 +36,8 @@ from tango_jax.parallel.mesh import make_mesh
 from tango_jax.tango import formats
 from tango_jax.tango.class_balance import ClassBalanceState
 from tango_jax.tango.evaluation import evaluate
-from tango_jax.tango.process_advantages import AlphaSchedule
 from tango_jax.tango.roles import Role, build_role
-from tango_jax.tango.schedule import Kind, Schedule
+from tango_jax.tango.schedule import Kind
 from tango_jax.tango.scoring_pool import OutcomeScorer
 from tango_jax.tango.sft import run_sft
 from tango_jax.tango.steps import StepContext, generator_step, verifier_step
@@ -48,25 +47,11 @@ log = logging.getLogger("tango_jax")
 ROLES = ("generator", "verifier")
 
 
-def make_alpha(cfg: RunConfig, schedule: Schedule) -> AlphaSchedule:
-    a = cfg.algorithm.alpha
-    return AlphaSchedule(
-        a.kind,
-        schedule.alpha_horizon,
-        a.alpha0,
-        a.alpha_min,
-        a.exp_target_frac,
-        a.outcome_weight,
-        a.process_weight,
-    )
-
-
 class TangoLoop:
     def __init__(self, cfg: RunConfig):
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
-        self.schedule = make_schedule(cfg)
-        self.alpha = make_alpha(cfg, self.schedule)
+        self.schedule = cfg.schedule
         self.mesh = make_mesh(cfg.mesh)
         dp = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
         for field, trainer in _trainer_configs(cfg):
@@ -236,7 +221,7 @@ class TangoLoop:
             models={name: ModelInfo.from_model(r.model, r.init_path) for name, r in roles.items()},
         )
         scorer = OutcomeScorer(num_workers=cfg.scorer_workers, timeout_s=cfg.scorer_timeout_s)
-        ctx = StepContext(cfg, gen, ver, scorer, self.alpha)
+        ctx = StepContext(cfg, gen, ver, scorer)
         state = {
             "step": 0,
             "updates": {"generator": 0, "verifier": 0},

@@ -13,7 +13,6 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from tango_jax.config import RoleConfig, SamplerBackend
-from tango_jax.config_types import ConfigError
 from tango_jax.data.tokenizer import load_tokenizer
 from tango_jax.models import ModelConfig, Transformer, from_pretrained, read_config
 from tango_jax.models.config import dtype_from_name
@@ -113,56 +112,9 @@ def _vllm_sampler(
     arrays of that sync have been donated to the next train step. A frozen role (model None)
     is never synced.
     """
-    from tango_jax.rollout.vllm.sampler import VLLMSampler, VLLMSamplerConfig
-    from tango_jax.rollout.vllm.server import VLLMServerConfig
-    from tango_jax.rollout.vllm.sync import WeightSyncConfig
+    from tango_jax.rollout.vllm.sampler import VLLMSampler
 
-    v = cfg.sampler.vllm
-    if v.devices and len(v.devices) != v.replicas:
-        raise ConfigError(
-            f"sampler.vllm.devices has {len(v.devices)} entries for "
-            f"{v.replicas} replicas; give one CUDA_VISIBLE_DEVICES per replica."
-        )
-    max_model_len = v.max_model_len or cfg.max_sequence_len
-    servers = (
-        ()
-        if v.urls
-        else tuple(
-            VLLMServerConfig(
-                model=str(init_path),
-                host=v.host,
-                port=v.port + i if v.port else 0,
-                dtype=v.dtype,
-                devices=v.devices[i] if v.devices else None,
-                tensor_parallel_size=v.tensor_parallel_size,
-                max_model_len=max_model_len,
-                gpu_memory_utilization=v.gpu_memory_utilization,
-                cpu_kv_cache_gib=v.cpu_kv_cache_gib,
-                enforce_eager=v.enforce_eager,
-                weight_transfer_backend=v.backend,
-                api_key=v.api_key or None,
-                extra_args=v.extra_args,
-                startup_timeout_s=v.startup_timeout_s,
-            )
-            for i in range(v.replicas)
-        )
-    )
-    config = VLLMSamplerConfig(
-        servers=servers,
-        urls=v.urls,
-        api_key=v.api_key or None,
-        sync=WeightSyncConfig(
-            backend=v.backend,
-            dtype=v.dtype,
-            bucket_bytes=v.bucket_mb * 2**20,
-            timeout_s=v.sync_timeout_s,
-            master_address=v.master_address,
-        ),
-        request_timeout_s=v.request_timeout_s,
-        max_concurrency=v.max_concurrency,
-        max_restarts=v.max_restarts,
-        verify_after_sync=v.verify_after_sync,
-    )
+    config = cfg.sampler.vllm.sampler_config(str(init_path), cfg.max_sequence_len)
     provider = None if model is None else (lambda: nnx.state(model))
     return VLLMSampler(config, model_config, state_provider=provider)
 

@@ -7,7 +7,6 @@ checkpoint that both samplers load, and a resumed run skips a finished SFT.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -52,9 +51,7 @@ def run_sft(
         dtype=dtype_from_name(role_cfg.dtype),
         param_dtype=dtype_from_name(role_cfg.param_dtype),
     )
-    # The cosine horizon is this stage's length, whatever the config copied into it.
-    optimizer = dataclasses.replace(stage.trainer.optimizer, total_steps=stage.steps)
-    trainer = Trainer(model, dataclasses.replace(stage.trainer, optimizer=optimizer), mesh=mesh)
+    trainer = Trainer(model, stage.trainer, mesh=mesh)  # cosine horizon: stage.steps (derived)
     eos = tokenizer.eos_token_id
     encoded = [
         (

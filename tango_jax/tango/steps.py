@@ -28,7 +28,7 @@ from tango_jax.rl.batch import TrainBatch, make_batch
 from tango_jax.rollout.drift import logprob_drift
 from tango_jax.tango import feedback, formats
 from tango_jax.tango.class_balance import ClassBalanceState, class_weights, update_class_balance
-from tango_jax.tango.process_advantages import AlphaSchedule, AlphaScheduleKind, blended_advantages
+from tango_jax.tango.process_advantages import AlphaScheduleKind, blended_advantages
 from tango_jax.tango.rewards import OutcomeScorer
 from tango_jax.tango.roles import Role
 
@@ -54,7 +54,6 @@ class StepContext:
     generator: Role
     verifier: Role | None
     scorer: OutcomeScorer
-    alpha: AlphaSchedule
 
 
 def _mean(xs) -> float:
@@ -181,7 +180,7 @@ def generator_step(
     # verifier, step_rewards off, generator warm-up) uses the unscaled outcome advantage, as
     # the official code does.
     has_step_term = judged is not None and alg.step_rewards
-    weights = ctx.alpha.weights(update_index) if has_step_term else (1.0, 0.0)
+    weights = alg.alpha.weights(update_index) if has_step_term else (1.0, 0.0)
     step_r = step_m = None
     if has_step_term:
         step_r, step_m, step_stats = feedback.step_reward_arrays(

@@ -61,7 +61,8 @@ def is_loopback(host: str) -> bool:
 class VLLMServerConfig:
     """One vLLM server for one model.
 
-    model: local Hugging Face checkpoint directory (config.json, safetensors, tokenizer).
+    model: local Hugging Face checkpoint directory (config.json, safetensors, tokenizer); empty
+      only in a template (`VLLMConfig.server`), which fills it per replica.
     host / port: where it listens; port 0 picks a free port at start. A host other than
       loopback requires `api_key`.
     dtype: vLLM `--dtype` ("bfloat16" on GPUs; "float32" for exact CPU tests); the trainer
@@ -94,7 +95,7 @@ class VLLMServerConfig:
       never get.
     """
 
-    model: str
+    model: str = ""
     host: str = "127.0.0.1"
     port: int = 0
     dtype: str = "bfloat16"
