@@ -6,7 +6,7 @@
 
 Each field is defined once, here or in the component whose dataclass is embedded (the trainer's
 `TrainerConfig`, the schedule's `Schedule`, the α schedule's `AlphaSchedule`, the vLLM
-sampler's `VLLMConfig`, the synthetic task's `ArithConfig`, the `MeshConfig`), with a comment;
+sampler's `VLLMConfig`, the data's `DataConfig`, the `MeshConfig`), with a comment;
 `base_config()` builds the ConfigDict from them. The defaults are the paper's (TANGO_SPEC §6);
 where to find models and data has none. A wrong field name or value fails in
 `load_run_config`, naming the field.
@@ -24,7 +24,7 @@ from typing import Any
 from ml_collections import config_dict as mlc
 
 from tango_jax.config_types import ConfigError, apply_derived, config_dict, derived, from_dict
-from tango_jax.data.synthetic import ArithConfig
+from tango_jax.data.prompts import DataConfig, DataSource
 from tango_jax.parallel.mesh import MeshConfig
 from tango_jax.rl.advantages import AdvantageEstimator
 from tango_jax.rl.trainer import (
@@ -36,7 +36,6 @@ from tango_jax.rl.trainer import (
 )
 from tango_jax.rollout.vllm.sampler import VLLMConfig
 from tango_jax.tango.class_balance import ReweightMethod
-from tango_jax.tango.formats import PromptStyle
 from tango_jax.tango.process_advantages import AlphaSchedule
 from tango_jax.tango.schedule import Schedule
 
@@ -44,12 +43,6 @@ from tango_jax.tango.schedule import Schedule
 class SamplerBackend(enum.Enum):
     JAX = "jax"  # embedded sampler on the trainer's mesh (no weight transfer)
     VLLM = "vllm"  # a separate vLLM server per model, weights broadcast after each update
-
-
-class DataSource(enum.Enum):
-    SYNTHETIC = "synthetic"  # tango_jax.data.synthetic arithmetic chains (tiny configs)
-    JSONL = "jsonl"  # local JSONL/parquet with question/answer fields
-    EURUS2 = "eurus2"  # local copy of PRIME-RL/Eurus-2-RL-Data (math subset)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,20 +124,6 @@ class AlgorithmConfig:
     verifications_per_response: int = 1  # verifier samples per generator rollout in G steps
     class_reweight: ReweightMethod | None = ReweightMethod.SQRT_INVERSE  # | inverse | None
     class_ema_decay: float = 0.8
-
-
-@dataclasses.dataclass(frozen=True)
-class DataConfig:
-    source: DataSource = DataSource.SYNTHETIC  # synthetic | jsonl | eurus2
-    train_path: str = ""  # local file / glob (no hub downloads at run time)
-    eval_path: str = ""  # held-out set (synthetic: generated)
-    question_field: str = "question"  # jsonl: dotted path of the question
-    answer_field: str = "answer"  # jsonl: dotted path of the gold answer
-    prompts_per_step: int = 256  # fresh prompts per global step
-    eval_size: int = 500  # held-out problems per evaluation (all if the file is smaller)
-    seed: int = 1  # data order (official data.seed = 1)
-    prompt_style: PromptStyle = PromptStyle.FULL  # full (the paper's) | compact (tiny configs)
-    arith: ArithConfig = ArithConfig()  # the synthetic task (data/synthetic.py)
 
 
 # TANGO_SPEC §5: lr 5e-6, cosine with 10% warm-up, AdamW (0.9, 0.95), no KL or entropy term;

@@ -27,7 +27,9 @@ from pathlib import Path
 from tango_jax.checkpoint import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer, check_finite
 from tango_jax.config import DataSource, RunConfig
 from tango_jax.config_types import to_dict
-from tango_jax.data import datasets, synthetic
+from tango_jax.data import synthetic
+from tango_jax.data.datasets import StreamPosition
+from tango_jax.data.prompts import load_prompts
 from tango_jax.data.tokenizer import load_tokenizer
 from tango_jax.metrics import MetricsWriter, PhaseTimer, Progress
 from tango_jax.models import save_pretrained
@@ -137,55 +139,14 @@ class TangoLoop:
         finally:
             writer.close()
 
-    def _data(self, position: datasets.StreamPosition | None):
+    def _data(self, position: StreamPosition | None):
         """(training prompt stream at `position`, held-out evaluation problems)."""
-        d = self.cfg.data
-        if d.source is DataSource.SYNTHETIC:
-            stream = synthetic.SyntheticStream(
-                d.arith, d.prompts_per_step, seed=d.seed, position=position
-            )
-            evals = [
-                p.to_problem()
-                for p in synthetic.held_out_problems(d.arith, d.eval_size, seed=d.seed)
-            ]
-            return stream, evals
-        if d.source is DataSource.EURUS2:
-            train = datasets.load_eurus2(d.train_path)
-        else:
-            train = datasets.load_problems(
-                d.train_path, datasets.Fields(d.question_field, d.answer_field)
-            )
-        evals = datasets.load_problems(
-            d.eval_path, datasets.Fields(d.question_field, d.answer_field)
+        return load_prompts(
+            self.cfg.data,
+            max_prompt_len=self.cfg.generator.max_prompt_len,
+            position=position,
+            tokenizer=lambda: load_tokenizer(self._initial_path("generator")),
         )
-        tokenizer = load_tokenizer(self._initial_path("generator"))
-        train = self._drop_overlong(train, "train", tokenizer)
-        evals = self._drop_overlong(evals, "eval", tokenizer)
-        stream = datasets.PromptStream(train, d.prompts_per_step, seed=d.seed, position=position)
-        return stream, evals[: d.eval_size]
-
-    def _drop_overlong(self, problems: list, split: str, tokenizer) -> list:
-        """Drops problems whose generator prompt exceeds generator.max_prompt_len, as the
-        official data loader does (filter_overlong_prompts, TANGO_SPEC §4.1), and says how
-        many."""
-        limit, style = self.cfg.generator.max_prompt_len, self.cfg.data.prompt_style
-        texts = [formats.render_generator_prompt(p.question, style=style) for p in problems]
-        lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
-        kept = [p for p, n in zip(problems, lengths) if n <= limit]
-        if len(kept) < len(problems):
-            log.info(
-                "%s data: dropped %d of %d problems whose prompt exceeds "
-                "generator.max_prompt_len (%d)",
-                split,
-                len(problems) - len(kept),
-                len(problems),
-                limit,
-            )
-        if not kept:
-            raise ValueError(
-                f"every {split} problem's prompt exceeds generator.max_prompt_len ({limit})."
-            )
-        return kept
 
     # --- the run -----------------------------------------------------------------------------
 
@@ -202,9 +163,7 @@ class TangoLoop:
             reader.close()
         metrics = self._metrics_writer(None if host is None else host["step"])
         # Data first: a missing or unusable file fails before SFT or any model loads.
-        stream, eval_problems = self._data(
-            None if host is None else datasets.StreamPosition(**host["data"])
-        )
+        stream, eval_problems = self._data(None if host is None else StreamPosition(**host["data"]))
         gen_path = self._rl_start_path("generator")
         ver_path = self._rl_start_path("verifier") if cfg.verifier.enable else None
 

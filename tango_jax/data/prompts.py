@@ -1,0 +1,94 @@
+"""A run's problems: the endless training stream and the held-out set, from `DataConfig`.
+
+    stream, held_out = load_prompts(cfg.data, max_prompt_len=2048, position=None,
+                                    tokenizer=lambda: load_tokenizer(generator_dir))
+    problems = stream.next_batch()                    # data.prompts_per_step problems
+
+File data (JSONL / parquet, Eurus-2) loses the problems whose generator prompt exceeds the
+generator's `max_prompt_len`, as the official loader does (`filter_overlong_prompts`,
+TANGO_SPEC §4.1), and says how many; the synthetic task's prompts are short by construction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tango_jax.data import datasets, synthetic
+from tango_jax.data.datasets import Problem, PromptStream, StreamPosition
+from tango_jax.data.synthetic import ArithConfig, SyntheticStream
+from tango_jax.tango.formats import PromptStyle, render_generator_prompt
+
+log = logging.getLogger(__name__)
+
+
+class DataSource(enum.Enum):
+    SYNTHETIC = "synthetic"  # tango_jax.data.synthetic arithmetic chains (tiny configs)
+    JSONL = "jsonl"  # local JSONL/parquet with question/answer fields
+    EURUS2 = "eurus2"  # local copy of PRIME-RL/Eurus-2-RL-Data (math subset)
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    source: DataSource = DataSource.SYNTHETIC  # synthetic | jsonl | eurus2
+    train_path: str = ""  # local file / glob (no hub downloads at run time)
+    eval_path: str = ""  # held-out set (synthetic: generated)
+    question_field: str = "question"  # jsonl: dotted path of the question
+    answer_field: str = "answer"  # jsonl: dotted path of the gold answer
+    prompts_per_step: int = 256  # fresh prompts per global step
+    eval_size: int = 500  # held-out problems per evaluation (all if the file is smaller)
+    seed: int = 1  # data order (official data.seed = 1)
+    prompt_style: PromptStyle = PromptStyle.FULL  # full (the paper's) | compact (tiny configs)
+    arith: ArithConfig = ArithConfig()  # the synthetic task (data/synthetic.py)
+
+
+def load_prompts(
+    cfg: DataConfig,
+    *,
+    max_prompt_len: int,
+    position: StreamPosition | None,
+    tokenizer: Callable[[], Any],
+) -> tuple[PromptStream | SyntheticStream, list[Problem]]:
+    """(training stream at `position`, held-out problems). `tokenizer()` gives the generator's
+    tokenizer (only file data needs it, to measure prompts)."""
+    if cfg.source is DataSource.SYNTHETIC:
+        stream = SyntheticStream(cfg.arith, cfg.prompts_per_step, seed=cfg.seed, position=position)
+        held_out = synthetic.held_out_problems(cfg.arith, cfg.eval_size, seed=cfg.seed)
+        return stream, [p.to_problem() for p in held_out]
+    fields = datasets.Fields(cfg.question_field, cfg.answer_field)
+    if cfg.source is DataSource.EURUS2:
+        train = datasets.load_eurus2(cfg.train_path)
+    else:
+        train = datasets.load_problems(cfg.train_path, fields)
+    evals = datasets.load_problems(cfg.eval_path, fields)
+    tok = tokenizer()
+    train = drop_overlong(train, "train", tok, max_prompt_len, cfg.prompt_style)
+    evals = drop_overlong(evals, "eval", tok, max_prompt_len, cfg.prompt_style)
+    stream = PromptStream(train, cfg.prompts_per_step, seed=cfg.seed, position=position)
+    return stream, evals[: cfg.eval_size]
+
+
+def drop_overlong(
+    problems: Sequence[Problem], split: str, tokenizer: Any, limit: int, style: PromptStyle
+) -> list[Problem]:
+    """The problems whose generator prompt has at most `limit` tokens, in order; says how many
+    were dropped and fails if none is left."""
+    texts = [render_generator_prompt(p.question, style=style) for p in problems]
+    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    kept = [p for p, n in zip(problems, lengths) if n <= limit]
+    if len(kept) < len(problems):
+        log.info(
+            "%s data: dropped %d of %d problems whose prompt exceeds generator.max_prompt_len (%d)",
+            split,
+            len(problems) - len(kept),
+            len(problems),
+            limit,
+        )
+    if not kept:
+        raise ValueError(
+            f"every {split} problem's prompt exceeds generator.max_prompt_len ({limit})."
+        )
+    return kept
