@@ -37,7 +37,7 @@ from tango_jax.rl.trainer import (
 from tango_jax.rollout.vllm.sampler import VLLMConfig
 from tango_jax.tango.class_balance import ReweightMethod
 from tango_jax.tango.process_advantages import AlphaSchedule
-from tango_jax.tango.schedule import Schedule
+from tango_jax.tango.schedule import Kind, Schedule
 
 
 class SamplerBackend(enum.Enum):
@@ -163,6 +163,9 @@ class SFTConfig:
     generator: SFTStage = SFTStage()
     verifier: SFTStage = SFTStage()
 
+    def stage(self, role: Kind) -> SFTStage:
+        return self.generator if role is Kind.GENERATOR else self.verifier
+
 
 @dataclasses.dataclass(frozen=True)
 class EvalConfig:
@@ -239,6 +242,9 @@ class RunConfig:
         apply_derived(self)
         for check in (_check_roles, _check_trainers, _check_algorithm, _check_data):
             check(self)
+
+    def role(self, role: Kind) -> RoleConfig:
+        return self.generator if role is Kind.GENERATOR else self.verifier
 
 
 def _fail(field: str, value: Any, rule: str) -> None:

@@ -25,23 +25,20 @@ import logging
 from pathlib import Path
 
 from tango_jax.checkpoint import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer, check_finite
-from tango_jax.config import DataSource, RunConfig
+from tango_jax.config import RunConfig
 from tango_jax.config_types import to_dict
-from tango_jax.data import synthetic
 from tango_jax.data.datasets import StreamPosition
 from tango_jax.data.prompts import load_prompts
 from tango_jax.data.tokenizer import load_tokenizer
 from tango_jax.metrics import MetricsWriter, PhaseTimer, Progress
 from tango_jax.models import save_pretrained
-from tango_jax.models.tiny import write_tiny_checkpoint
 from tango_jax.parallel.mesh import make_mesh
-from tango_jax.tango import formats
 from tango_jax.tango.class_balance import ClassBalanceState
 from tango_jax.tango.evaluation import evaluate
 from tango_jax.tango.roles import Role, build_role
 from tango_jax.tango.schedule import Kind
 from tango_jax.tango.scoring_pool import OutcomeScorer
-from tango_jax.tango.sft import run_sft
+from tango_jax.tango.sft import initial_path, rl_start_path
 from tango_jax.tango.steps import StepContext, generator_step, verifier_step
 
 log = logging.getLogger("tango_jax")
@@ -67,85 +64,13 @@ class TangoLoop:
 
     # --- set-up ------------------------------------------------------------------------------
 
-    def _initial_path(self, role: str) -> Path:
-        src = getattr(self.cfg, role).model
-        if src.path:
-            return Path(src.path)
-        path = self.run_dir / "initial" / role
-        if not path.exists():
-            write_tiny_checkpoint(path, src.preset, seed=src.init_seed)
-        return path
-
-    def _sft_examples(self, role: str) -> list[tuple[str, str]]:
-        stage = getattr(self.cfg.sft, role)
-        style = self.cfg.data.prompt_style
-        if stage.data_path:
-            return sft_records(stage.data_path, role, style)
-        if self.cfg.data.source is not DataSource.SYNTHETIC:
-            raise ValueError(
-                f"sft.{role}.enable needs SFT data: set sft.{role}.data_path to a JSONL of "
-                "{question, response} records (the built-in SFT sets exist for the synthetic "
-                "task only)."
-            )
-        make = (
-            synthetic.generator_sft_examples
-            if role == "generator"
-            else synthetic.verifier_sft_examples
-        )
-        examples = make(
-            self.cfg.data.arith,
-            stage.num_examples,
-            seed=self.cfg.seed,
-            style=self.cfg.data.prompt_style,
-        )
-        return [(e.prompt, e.response) for e in examples]
-
-    def _rl_start_path(self, role: str) -> Path:
-        """The HF checkpoint RL starts from: after SFT if SFT is on (run once, then reused; the
-        SFT checkpoint is written atomically, so one that exists is complete)."""
-        path = self._initial_path(role)
-        stage = getattr(self.cfg.sft, role)
-        if not stage.enable:
-            return path
-        out = self.run_dir / "sft" / role
-        if out.exists():
-            return out
-        log.info("SFT of the %s: %d steps", role, stage.steps)
-        # SFT metrics: their own file (steps restart at 1); a crashed SFT simply starts over.
-        logs = self.run_dir / "sft_logs" / role
-        writer = MetricsWriter(
-            logs,
-            tensorboard=self.cfg.tensorboard,
-            resume_step=0 if (logs / "metrics.jsonl").exists() else None,
-        )
-
-        def log_step(step, values):
-            writer.write(step, values, phase=f"sft_{role}")
-            if step % 20 == 0 or step == stage.steps:
-                log.info("sft %s step %d loss %.4f", role, step, values[f"sft/{role}/loss"])
-
-        try:
-            return run_sft(
-                role,
-                stage,
-                getattr(self.cfg, role),
-                path,
-                out,
-                self._sft_examples(role),
-                mesh=self.mesh,
-                seed=self.cfg.seed,
-                log=log_step,
-            )
-        finally:
-            writer.close()
-
     def _data(self, position: StreamPosition | None):
         """(training prompt stream at `position`, held-out evaluation problems)."""
         return load_prompts(
             self.cfg.data,
             max_prompt_len=self.cfg.generator.max_prompt_len,
             position=position,
-            tokenizer=lambda: load_tokenizer(self._initial_path("generator")),
+            tokenizer=lambda: load_tokenizer(initial_path(self.cfg, Kind.GENERATOR, self.run_dir)),
         )
 
     # --- the run -----------------------------------------------------------------------------
@@ -164,8 +89,10 @@ class TangoLoop:
         metrics = self._metrics_writer(None if host is None else host["step"])
         # Data first: a missing or unusable file fails before SFT or any model loads.
         stream, eval_problems = self._data(None if host is None else StreamPosition(**host["data"]))
-        gen_path = self._rl_start_path("generator")
-        ver_path = self._rl_start_path("verifier") if cfg.verifier.enable else None
+        gen_path = rl_start_path(cfg, Kind.GENERATOR, self.run_dir, mesh=self.mesh)
+        ver_path = None
+        if cfg.verifier.enable:
+            ver_path = rl_start_path(cfg, Kind.VERIFIER, self.run_dir, mesh=self.mesh)
 
         gen = build_role("generator", cfg.generator, gen_path, self.mesh, with_trainer=True)
         ver = None
@@ -338,31 +265,6 @@ def _trainer_configs(cfg: RunConfig):
     for role in ("generator", "verifier"):
         if getattr(cfg.sft, role).enable:
             out.append((f"sft.{role}.trainer", getattr(cfg.sft, role).trainer))
-    return out
-
-
-def sft_records(path: str, role: str, style: formats.PromptStyle) -> list[tuple[str, str]]:
-    """(prompt, response) pairs from a JSONL file (see `SFTStage.data_path`)."""
-    file = Path(path)
-    if not file.is_file():
-        raise FileNotFoundError(f"sft.{role}.data_path: {file} does not exist.")
-    out = []
-    for i, line in enumerate(file.read_text().splitlines()):
-        if not line.strip():
-            continue
-        rec = json.loads(line)
-        if "response" not in rec:
-            raise ValueError(f"{file}: record {i} has no 'response' field.")
-        if "prompt" in rec:
-            prompt = rec["prompt"]
-        elif role == "generator" and "question" in rec:
-            prompt = formats.render_generator_prompt(rec["question"], style=style)
-        elif role == "verifier" and {"question", "solution"} <= rec.keys():
-            prompt = formats.render_verifier_prompt(rec["question"], rec["solution"], style=style)
-        else:
-            need = "'question'" if role == "generator" else "'question' and 'solution'"
-            raise ValueError(f"{file}: record {i} needs 'prompt' or {need} for the {role}.")
-        out.append((prompt, rec["response"]))
     return out
 
 

@@ -1,25 +1,131 @@
-"""Supervised fine-tuning of one role before RL (TANGO_SPEC §5): cross-entropy on the response
-tokens (and the EOS that ends them) of (prompt, response) text pairs, prompt as plain text.
+"""Where each role's RL starts, and the SFT stage that may come first (TANGO_SPEC §5).
 
-The stage reads an HF checkpoint and writes one (`out_path`), so RL starts from an ordinary
-checkpoint that both samplers load, and a resumed run skips a finished SFT.
+    path = rl_start_path(cfg, Kind.GENERATOR, run_dir, mesh=mesh)
+
+A role starts from its `model.path`, or from a preset written to `run_dir/initial/<role>`;
+with `sft.<role>.enable`, SFT runs once (cross-entropy on the response tokens, and the EOS that
+ends them, of (prompt, response) text pairs, prompt as plain text) and writes
+`run_dir/sft/<role>`, an ordinary HF checkpoint that RL starts from and both samplers load; a
+resumed run finds it and skips the stage. SFT metrics go to `run_dir/sft_logs/<role>`.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from jax.sharding import Mesh
 
-from tango_jax.config import RoleConfig, SFTStage
+from tango_jax.config import DataSource, RoleConfig, RunConfig, SFTStage
+from tango_jax.data import synthetic
 from tango_jax.data.tokenizer import load_tokenizer
-from tango_jax.metrics import Progress
+from tango_jax.metrics import MetricsWriter, Progress
 from tango_jax.models import from_pretrained, save_pretrained
 from tango_jax.models.config import dtype_from_name
+from tango_jax.models.tiny import write_tiny_checkpoint
 from tango_jax.rl.batch import make_batch
 from tango_jax.rl.trainer import Objective, Trainer
+from tango_jax.tango import formats
+from tango_jax.tango.schedule import Kind
+
+if TYPE_CHECKING:
+    from jax.sharding import Mesh
+
+log = logging.getLogger(__name__)
+
+
+def initial_path(cfg: RunConfig, role: Kind, run_dir: Path) -> Path:
+    """The role's initial HF checkpoint: model.path, or its preset written (once) to
+    run_dir/initial/<role>."""
+    src = cfg.role(role).model
+    if src.path:
+        return Path(src.path)
+    path = run_dir / "initial" / role.value
+    if not path.exists():
+        write_tiny_checkpoint(path, src.preset, seed=src.init_seed)
+    return path
+
+
+def rl_start_path(cfg: RunConfig, role: Kind, run_dir: Path, *, mesh: Mesh) -> Path:
+    """The HF checkpoint RL starts from: after SFT if SFT is on (run once, then reused; the
+    SFT checkpoint is written atomically, so one that exists is complete)."""
+    path = initial_path(cfg, role, run_dir)
+    stage = cfg.sft.stage(role)
+    if not stage.enable:
+        return path
+    name = role.value
+    out = run_dir / "sft" / name
+    if out.exists():
+        return out
+    log.info("SFT of the %s: %d steps", name, stage.steps)
+    # SFT metrics: their own file (steps restart at 1); a crashed SFT simply starts over.
+    logs = run_dir / "sft_logs" / name
+    writer = MetricsWriter(
+        logs,
+        tensorboard=cfg.tensorboard,
+        resume_step=0 if (logs / "metrics.jsonl").exists() else None,
+    )
+
+    def log_step(step, values):
+        writer.write(step, values, phase=f"sft_{name}")
+        if step % 20 == 0 or step == stage.steps:
+            log.info("sft %s step %d loss %.4f", name, step, values[f"sft/{name}/loss"])
+
+    try:
+        examples = sft_examples(cfg, role)
+        return run_sft(
+            name, stage, cfg.role(role), path, out, examples, mesh=mesh, seed=cfg.seed, log=log_step
+        )
+    finally:
+        writer.close()
+
+
+def sft_examples(cfg: RunConfig, role: Kind) -> list[tuple[str, str]]:
+    """The role's (prompt, response) SFT pairs: sft.<role>.data_path, or the synthetic task's."""
+    stage, name, style = cfg.sft.stage(role), role.value, cfg.data.prompt_style
+    if stage.data_path:
+        return sft_records(stage.data_path, role, style)
+    if cfg.data.source is not DataSource.SYNTHETIC:
+        raise ValueError(
+            f"sft.{name}.enable needs SFT data: set sft.{name}.data_path to a JSONL of "
+            "{question, response} records (the built-in SFT sets exist for the synthetic "
+            "task only)."
+        )
+    make = (
+        synthetic.generator_sft_examples
+        if role is Kind.GENERATOR
+        else synthetic.verifier_sft_examples
+    )
+    examples = make(cfg.data.arith, stage.num_examples, seed=cfg.seed, style=style)
+    return [(e.prompt, e.response) for e in examples]
+
+
+def sft_records(path: str, role: Kind, style: formats.PromptStyle) -> list[tuple[str, str]]:
+    """(prompt, response) pairs from a JSONL file (see `SFTStage.data_path`)."""
+    file, name = Path(path), role.value
+    if not file.is_file():
+        raise FileNotFoundError(f"sft.{name}.data_path: {file} does not exist.")
+    out = []
+    for i, line in enumerate(file.read_text().splitlines()):
+        if not line.strip():
+            continue
+        rec = json.loads(line)
+        if "response" not in rec:
+            raise ValueError(f"{file}: record {i} has no 'response' field.")
+        if "prompt" in rec:
+            prompt = rec["prompt"]
+        elif role is Kind.GENERATOR and "question" in rec:
+            prompt = formats.render_generator_prompt(rec["question"], style=style)
+        elif role is Kind.VERIFIER and {"question", "solution"} <= rec.keys():
+            prompt = formats.render_verifier_prompt(rec["question"], rec["solution"], style=style)
+        else:
+            need = "'question'" if role is Kind.GENERATOR else "'question' and 'solution'"
+            raise ValueError(f"{file}: record {i} needs 'prompt' or {need} for the {name}.")
+        out.append((prompt, rec["response"]))
+    return out
 
 
 def run_sft(
