@@ -240,7 +240,8 @@ class RunConfig:
         (or silently misbehave) only after models load, SFT runs or the first generator step
         comes."""
         apply_derived(self)
-        for check in (_check_roles, _check_trainers, _check_algorithm, _check_data):
+        checks = (_check_roles, _check_trainers, check_micro_batches, _check_algorithm, _check_data)
+        for check in checks:
             check(self)
 
     def role(self, role: Kind) -> RoleConfig:
@@ -306,25 +307,37 @@ def _check_trainers(c: RunConfig) -> None:
                 "must be > 0, and is redundant with use_sampler_logprobs=True (the ratio "
                 "already corrects for the sampler).",
             )
+
+
+def check_micro_batches(c: RunConfig, data_parallel: int = 1) -> None:
+    """Every trainer's micro-batch divides its batch and is a multiple of the data-parallel
+    size (mesh data x fsdp: checked again by train.py once the devices are known)."""
     p = c.data.prompts_per_step
-    for name, role in trained_roles(c):
-        batch = p * role.rollout.n
-        mb = role.trainer.micro_batch_size
+    batches = [
+        (
+            f"{name}.trainer",
+            role.trainer,
+            p * role.rollout.n,
+            f"the {name}'s batch of data.prompts_per_step x {name}.rollout.n = "
+            f"{p * role.rollout.n} sequences.",
+        )
+        for name, role in trained_roles(c)
+    ]
+    for kind in Kind:
+        stage, name = c.sft.stage(kind), kind.value
+        if stage.enable:
+            what = f"sft.{name}.batch_size ({stage.batch_size})."
+            batches.append((f"sft.{name}.trainer", stage.trainer, stage.batch_size, what))
+    for field, trainer, batch, what in batches:
+        mb = trainer.micro_batch_size
         if mb < 1 or batch % mb:
+            _fail(f"{field}.micro_batch_size", mb, f"must divide {what}")
+        if mb % data_parallel:
             _fail(
-                f"{name}.trainer.micro_batch_size",
+                f"{field}.micro_batch_size",
                 mb,
-                f"must divide the {name}'s batch of data.prompts_per_step x "
-                f"{name}.rollout.n = {batch} sequences.",
-            )
-    for name in ("generator", "verifier"):
-        stage = getattr(c.sft, name)
-        mb = stage.trainer.micro_batch_size
-        if stage.enable and (mb < 1 or stage.batch_size % mb):
-            _fail(
-                f"sft.{name}.trainer.micro_batch_size",
-                mb,
-                f"must divide sft.{name}.batch_size ({stage.batch_size}).",
+                f"must be divisible by the data-parallel size ({data_parallel} = mesh data x "
+                "fsdp).",
             )
 
 

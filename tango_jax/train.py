@@ -1,7 +1,8 @@
 """Entry point: `python -m tango_jax.train --config configs/NAME.py [--config.a.b=value ...]`.
 
 Parses the ml_collections config, converts it once into the typed `RunConfig` (a wrong field
-name or value fails here, before any model loads), and runs the Tango loop.
+name or value fails here, before any model loads), builds the device mesh, and runs the Tango
+loop.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from tango_jax.config import RunConfig, load_run_config
+from tango_jax.config import RunConfig, check_micro_batches, load_run_config
 from tango_jax.config_types import ConfigError, UnknownFieldError, check_path
+from tango_jax.parallel.mesh import data_parallel_size, make_mesh
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config",
@@ -40,11 +42,13 @@ def main(argv: list[str]) -> None:
     logging.getLogger("absl").setLevel(logging.WARNING)
     try:
         cfg = load_run_config(_CONFIG.value)
-    except ConfigError as e:
+        mesh = make_mesh(cfg.mesh)  # a shape that does not fit the devices: ValueError
+        check_micro_batches(cfg, data_parallel_size(mesh))
+    except ValueError as e:  # ConfigError included
         sys.exit(f"config error: {e}")
     from tango_jax.tango.loop import TangoLoop  # heavy imports only after the config is valid
 
-    final = TangoLoop(cfg).run()
+    final = TangoLoop(cfg, mesh).run()
     logging.getLogger("tango_jax").info(
         "finished %s: %s",
         cfg.name,

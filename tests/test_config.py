@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 from ml_collections import config_dict
 
-from tango_jax.config import RunConfig, SamplerBackend, load_run_config, sibling_config
+from tango_jax.config import (
+    RunConfig,
+    SamplerBackend,
+    check_micro_batches,
+    load_run_config,
+    sibling_config,
+)
 from tango_jax.config_types import ConfigError, from_dict, to_dict
 from tango_jax.rl.advantages import AdvantageEstimator
 from tango_jax.tango.schedule import Kind
@@ -182,3 +188,15 @@ def test_tis_with_sampler_ratio_is_rejected():
     loss["tis_cap"], loss["use_sampler_logprobs"] = 2.0, True
     with pytest.raises(ConfigError, match="redundant with use_sampler_logprobs"):
         load_run_config(d)
+
+
+def test_micro_batches_are_checked_against_the_data_parallel_size():
+    """train.py checks every trainer's micro-batch against the mesh once it is built."""
+    cfg = load_run_config(_load("tiny_arith"))  # micro-batches 64 (RL) and 32 (SFT)
+    check_micro_batches(cfg, 32)
+    with pytest.raises(
+        ConfigError,
+        match=r"config.generator.trainer.micro_batch_size \(64\) must be divisible by the "
+        r"data-parallel size \(128 = mesh data x fsdp\)",
+    ):
+        check_micro_batches(cfg, 128)

