@@ -253,7 +253,8 @@ def _fail(field: str, value: Any, rule: str) -> None:
 
 
 def _check_roles(c: RunConfig) -> None:
-    for name, role in (("generator", c.generator), ("verifier", c.verifier)):
+    for kind in Kind:
+        name, role = kind.value, c.role(kind)
         m = role.model
         if bool(m.path) == bool(m.preset):
             raise ConfigError(
@@ -284,14 +285,19 @@ def _check_roles(c: RunConfig) -> None:
                 raise ConfigError(f"config.{name}.sampler.vllm: {e}") from e
 
 
-def trained_roles(c: RunConfig) -> list[tuple[str, RoleConfig]]:
-    """(name, config) of the roles whose RL trainer the run builds."""
-    verifier = [("verifier", c.verifier)] if c.verifier.enable and c.verifier.trainable else []
-    return [("generator", c.generator), *verifier]
+def enabled_roles(c: RunConfig) -> list[Kind]:
+    """The roles the run loads: the generator, and the verifier unless it is disabled."""
+    return [k for k in Kind if k is Kind.GENERATOR or c.verifier.enable]
+
+
+def trained_roles(c: RunConfig) -> list[Kind]:
+    """The roles whose RL trainer the run builds (and checkpoints)."""
+    return [k for k in enabled_roles(c) if k is Kind.GENERATOR or c.verifier.trainable]
 
 
 def _check_trainers(c: RunConfig) -> None:
-    for name, role in trained_roles(c):
+    for kind in trained_roles(c):
+        name, role = kind.value, c.role(kind)
         loss = role.trainer.loss
         if loss.temperature != role.rollout.temperature:
             _fail(
@@ -315,13 +321,13 @@ def check_micro_batches(c: RunConfig, data_parallel: int = 1) -> None:
     p = c.data.prompts_per_step
     batches = [
         (
-            f"{name}.trainer",
-            role.trainer,
-            p * role.rollout.n,
-            f"the {name}'s batch of data.prompts_per_step x {name}.rollout.n = "
-            f"{p * role.rollout.n} sequences.",
+            f"{k.value}.trainer",
+            c.role(k).trainer,
+            p * c.role(k).rollout.n,
+            f"the {k.value}'s batch of data.prompts_per_step x {k.value}.rollout.n = "
+            f"{p * c.role(k).rollout.n} sequences.",
         )
-        for name, role in trained_roles(c)
+        for k in trained_roles(c)
     ]
     for kind in Kind:
         stage, name = c.sft.stage(kind), kind.value

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tango_jax.checkpoint import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer, check_finite
-from tango_jax.config import RunConfig
+from tango_jax.config import RunConfig, enabled_roles, trained_roles
 from tango_jax.config_types import to_dict
 from tango_jax.data.datasets import StreamPosition
 from tango_jax.data.prompts import load_prompts
@@ -45,8 +45,6 @@ if TYPE_CHECKING:
     from jax.sharding import Mesh
 
 log = logging.getLogger("tango_jax")
-
-ROLES = ("generator", "verifier")
 
 
 class TangoLoop:
@@ -71,6 +69,17 @@ class TangoLoop:
             tokenizer=lambda: load_tokenizer(initial_path(self.cfg, Kind.GENERATOR, self.run_dir)),
         )
 
+    def _build_roles(self) -> dict[Kind, Role]:
+        """Every enabled role from its RL starting checkpoint: all SFT stages first (each
+        writes a checkpoint), then the models, trainers and samplers."""
+        cfg, mesh = self.cfg, self.mesh
+        paths = {k: rl_start_path(cfg, k, self.run_dir, mesh=mesh) for k in enabled_roles(cfg)}
+        trained = trained_roles(cfg)
+        return {
+            k: build_role(k, cfg.role(k), path, mesh, with_trainer=k in trained)
+            for k, path in paths.items()
+        }
+
     # --- the run -----------------------------------------------------------------------------
 
     def run(self) -> dict[str, float]:
@@ -87,54 +96,42 @@ class TangoLoop:
         metrics = self._metrics_writer(None if host is None else host["step"])
         # Data first: a missing or unusable file fails before SFT or any model loads.
         stream, eval_problems = self._data(None if host is None else StreamPosition(**host["data"]))
-        gen_path = rl_start_path(cfg, Kind.GENERATOR, self.run_dir, mesh=self.mesh)
-        ver_path = None
-        if cfg.verifier.enable:
-            ver_path = rl_start_path(cfg, Kind.VERIFIER, self.run_dir, mesh=self.mesh)
-
-        gen = build_role("generator", cfg.generator, gen_path, self.mesh, with_trainer=True)
-        ver = None
-        if ver_path is not None:
-            ver = build_role(
-                "verifier", cfg.verifier, ver_path, self.mesh, with_trainer=cfg.verifier.trainable
-            )
-        roles = {r.name: r for r in (gen, ver) if r is not None and r.trainer is not None}
+        built = self._build_roles()
+        gen, ver = built[Kind.GENERATOR], built.get(Kind.VERIFIER)
+        trained = {kind: built[kind] for kind in trained_roles(cfg)}
         ckpt = RunCheckpointer(
             ckpt_dir,
             keep=cfg.checkpoint.keep,
-            models={name: ModelInfo.from_model(r.model, r.init_path) for name, r in roles.items()},
+            models={
+                k.value: ModelInfo.from_model(r.model, r.init_path) for k, r in trained.items()
+            },
         )
         scorer = OutcomeScorer(num_workers=cfg.scorer_workers, timeout_s=cfg.scorer_timeout_s)
         ctx = StepContext(cfg, gen, ver, scorer)
         state = {
             "step": 0,
-            "updates": {"generator": 0, "verifier": 0},
+            "updates": {kind.value: 0 for kind in Kind},
             "class_balance": ClassBalanceState().to_dict(),
         }
         try:
             if host is not None:
-                state = self._restore(ckpt, roles)
+                state = self._restore(ckpt, trained)
                 log.info("resumed from step %d", state["step"])
             elif cfg.eval.before_train:
                 metrics.write(0, self._evaluate(ctx, eval_problems), phase="eval")
-            final = self._train(ctx, roles, stream, eval_problems, ckpt, metrics, state)
+            final = self._train(ctx, trained, stream, eval_problems, ckpt, metrics, state)
             if cfg.checkpoint.export_hf_at_end:
-                for name, r in (("generator", gen), ("verifier", ver)):
-                    if r is not None and r.model is not None:  # a frozen vLLM role: unchanged
-                        save_pretrained(
-                            r.model,
-                            self.run_dir / "hf" / name,
-                            tokenizer=r.tokenizer,
-                            overwrite=True,
-                        )
+                for r in built.values():
+                    if r.model is not None:  # a frozen vLLM role: unchanged
+                        out = self.run_dir / "hf" / r.name
+                        save_pretrained(r.model, out, tokenizer=r.tokenizer, overwrite=True)
             return final
         finally:
             ckpt.close()
             metrics.close()
             scorer.close()
-            for r in (gen, ver):
-                if r is not None:
-                    r.sampler.close()
+            for r in built.values():
+                r.sampler.close()
 
     def _evaluate(self, ctx: StepContext, problems) -> dict[str, float]:
         out = evaluate(
@@ -169,15 +166,15 @@ class TangoLoop:
             self.run_dir, tensorboard=self.cfg.tensorboard, resume_step=resume_step
         )
 
-    def _restore(self, ckpt: RunCheckpointer, roles: dict[str, Role]) -> dict:
-        trainers, host = ckpt.restore(None, {n: r.trainer.state_dict() for n, r in roles.items()})
-        for name, r in roles.items():
-            r.trainer.load_state_dict(trainers[name])
-            r.version = host["updates"][name]
+    def _restore(self, ckpt: RunCheckpointer, trained: dict[Kind, Role]) -> dict:
+        trainers, host = ckpt.restore(None, _trainer_states(trained))
+        for r in trained.values():
+            r.trainer.load_state_dict(trainers[r.name])
+            r.version = host["updates"][r.name]
             r.sync()  # a vLLM server starts from the checkpoint on disk: send it these weights
         return host
 
-    def _train(self, ctx, roles, stream, eval_problems, ckpt, metrics, state) -> dict[str, float]:
+    def _train(self, ctx, trained, stream, eval_problems, ckpt, metrics, state) -> dict[str, float]:
         sched = self.schedule
         final: dict[str, float] = {}
         class_state = ClassBalanceState.from_dict(state["class_balance"])
@@ -191,7 +188,7 @@ class TangoLoop:
                         ctx,
                         problems,
                         global_step=step,
-                        update_index=updates["generator"] - sched.generator_warmup_steps,
+                        update_index=updates[Kind.GENERATOR.value] - sched.generator_warmup_steps,
                         warmup=phase.warmup,
                         timer=self.timer,
                     )
@@ -212,19 +209,16 @@ class TangoLoop:
                     checkpointer=ckpt,
                 )
                 out |= self.timer.metrics()
-                out |= {
-                    "schedule/generator_updates": updates["generator"],
-                    "schedule/verifier_updates": updates["verifier"],
-                }
+                out |= {f"schedule/{k}_updates": n for k, n in updates.items()}
                 if self._eval_due(step, phase, updates):
                     final = self._evaluate(ctx, eval_problems)
                     out |= final
                 metrics.write(step, out, phase=role + ("_warmup" if phase.warmup else ""))
-                log.info("step %d %s %s", step, role, _summary(out, role))
+                log.info("step %d %s %s", step, role, _summary(out, phase.kind))
                 if self._save_due(step):
                     ckpt.save(
                         step,
-                        {n: r.trainer.state_dict() for n, r in roles.items()},
+                        _trainer_states(trained),
                         {
                             "step": step,
                             "updates": dict(updates),  # a copy: saved in the background
@@ -245,7 +239,7 @@ class TangoLoop:
         return (
             phase.kind is Kind.GENERATOR
             and e.every_generator_steps > 0
-            and updates["generator"] % e.every_generator_steps == 0
+            and updates[Kind.GENERATOR.value] % e.every_generator_steps == 0
         )
 
     def _save_due(self, step: int) -> bool:
@@ -255,15 +249,19 @@ class TangoLoop:
         )
 
 
-def _summary(out: dict[str, float], role: str) -> str:
+def _trainer_states(trained: dict[Kind, Role]) -> dict:
+    return {r.name: r.trainer.state_dict() for r in trained.values()}
+
+
+def _summary(out: dict[str, float], role: Kind) -> str:
     keys = {
-        "generator": (
+        Kind.GENERATOR: (
             "generator/accuracy",
             "generator/reward/mean",
             "generator/alpha",
             "generator/train/loss",
         ),
-        "verifier": (
+        Kind.VERIFIER: (
             "verifier/verdict_accuracy",
             "verifier/reward/mean",
             "verifier/f1",

@@ -19,11 +19,12 @@ from tango_jax.models.config import dtype_from_name
 from tango_jax.rl.trainer import Trainer
 from tango_jax.rollout.base import Completion, Prompt, Sampler, SamplingParams
 from tango_jax.rollout.jax_sampler import JaxSampler
+from tango_jax.tango.schedule import Kind
 
 
 @dataclasses.dataclass
 class Role:
-    name: str
+    kind: Kind
     config: RoleConfig
     init_path: Path  # the HF checkpoint the run started from (after SFT, if any)
     model: Transformer | None  # None: a frozen role served by vLLM needs no JAX copy
@@ -31,6 +32,11 @@ class Role:
     trainer: Trainer | None  # None for a frozen verifier
     sampler: Sampler
     version: int = 0  # weight version: number of optimiser updates applied
+
+    @property
+    def name(self) -> str:
+        """ "generator" or "verifier": the prefix of its metrics and config fields."""
+        return self.kind.value
 
     def encode(self, text: str, *, truncate: bool = False) -> Prompt:
         """Plain text -> Prompt (no special tokens, no chat template, as the official code).
@@ -120,7 +126,7 @@ def _vllm_sampler(
 
 
 def build_role(
-    name: str, cfg: RoleConfig, init_path: Path, mesh: Mesh, *, with_trainer: bool
+    kind: Kind, cfg: RoleConfig, init_path: Path, mesh: Mesh, *, with_trainer: bool
 ) -> Role:
     """Loads the model (sharded), its tokenizer, a frozen reference copy for the KL term (only
     when the loss uses one), the trainer and the sampler. A frozen role sampled by vLLM loads
@@ -137,4 +143,4 @@ def build_role(
         ref = from_pretrained(init_path, mesh=mesh, **numerics) if loss.kl_coef else None
         trainer = Trainer(model, cfg.trainer, mesh=mesh, ref_model=ref)
     sampler = make_sampler(cfg, model, model_config, tokenizer, mesh, init_path)
-    return Role(name, cfg, init_path, model, tokenizer, trainer, sampler)
+    return Role(kind, cfg, init_path, model, tokenizer, trainer, sampler)

@@ -19,6 +19,9 @@ import enum
 
 
 class Kind(enum.Enum):
+    """A role, generator or verifier, and so what a global step trains; the value is the
+    role's name in configs, metrics and run directories."""
+
     GENERATOR = "generator"
     VERIFIER = "verifier"
 
