@@ -25,6 +25,7 @@ from tango_jax.data.datasets import Problem
 from tango_jax.metrics import PhaseTimer
 from tango_jax.rl.advantages import outcome_advantages
 from tango_jax.rl.batch import TrainBatch, make_batch
+from tango_jax.rollout.base import Prompt
 from tango_jax.rollout.drift import logprob_drift
 from tango_jax.tango import feedback, formats
 from tango_jax.tango.class_balance import ClassBalanceState, class_weights, update_class_balance
@@ -72,6 +73,59 @@ def _rollout_metrics(prefix: str, completions) -> dict[str, float]:
         f"{prefix}/response_len/max": float(max(lengths, default=0)),
         f"{prefix}/clip_frac": _mean(c.finish_reason.value == "length" for c in completions),
     }
+
+
+def _sample_and_score(
+    ctx: StepContext,
+    problems: Sequence[Problem],
+    n: int,
+    purpose: Purpose,
+    *,
+    global_step: int,
+    timer: PhaseTimer,
+) -> tuple[list[Prompt], list[feedback.Solution], dict[str, float]]:
+    """The generator's `n` samples of each problem, seeded by (step, purpose), scored by the
+    rule-based checker: (prompts [P], solutions [P x n, problem-major], reward metrics)."""
+    cfg, gen = ctx.cfg, ctx.generator
+    style = cfg.data.prompt_style
+    prompts = [
+        gen.encode(formats.render_generator_prompt(p.question, style=style)) for p in problems
+    ]
+    with timer("generate") as rec:
+        params = gen.train_params(step_seed(cfg.seed, global_step, purpose), n=n)
+        outs = gen.generate(prompts, params)
+        rec.tokens += _generated_tokens(c for group in outs for c in group)
+    with timer("reward"):
+        solutions, reward_metrics = feedback.score_solutions(
+            ctx.scorer, problems, outs, timeout_s=cfg.scorer_timeout_s
+        )
+    return prompts, solutions, reward_metrics
+
+
+def _judge(
+    ctx: StepContext,
+    solutions: Sequence[feedback.Solution],
+    n: int,
+    purpose: Purpose,
+    *,
+    global_step: int,
+    timer: PhaseTimer,
+) -> tuple[list[Prompt], list[list[feedback.Judgment]]]:
+    """The verifier's `n` judgments of each solution, seeded by (step, purpose): (verifier
+    prompts [S], judgments [S][n])."""
+    cfg, ver = ctx.cfg, ctx.verifier
+    ver_prompts = feedback.verifier_prompts(ver, solutions, cfg.data.prompt_style)
+    with timer("verify") as rec:
+        judged = feedback.judge(
+            ver,
+            solutions,
+            ver_prompts,
+            n=n,
+            seed=step_seed(cfg.seed, global_step, purpose),
+            format_weight=cfg.algorithm.verifier_format_weight,
+        )
+        rec.tokens += _generated_tokens(j.completion for row in judged for j in row)
+    return ver_prompts, judged
 
 
 def _train(role: Role, batch: TrainBatch, timer: PhaseTimer) -> dict[str, float]:
@@ -129,19 +183,10 @@ def generator_step(
     cfg, gen, ver = ctx.cfg, ctx.generator, ctx.verifier
     alg = cfg.algorithm
     n = gen.config.rollout.n
-    prompts = [
-        gen.encode(formats.render_generator_prompt(p.question, style=cfg.data.prompt_style))
-        for p in problems
-    ]
-    with timer("generate") as rec:
-        outs = gen.generate(
-            prompts, gen.train_params(step_seed(cfg.seed, global_step, Purpose.GENERATOR_ROLLOUTS))
-        )
-        rec.tokens += _generated_tokens(c for group in outs for c in group)
-    with timer("reward"):
-        solutions, reward_metrics = feedback.score_solutions(
-            ctx.scorer, problems, outs, timeout_s=cfg.scorer_timeout_s
-        )
+    at = dict(global_step=global_step, timer=timer)
+    prompts, solutions, reward_metrics = _sample_and_score(
+        ctx, problems, n, Purpose.GENERATOR_ROLLOUTS, **at
+    )
     completions = [s.completion for s in solutions]
     metrics = {f"generator/{k}": v for k, v in reward_metrics.items()}
     use_verifier = (
@@ -149,19 +194,9 @@ def generator_step(
     )
     judged = None
     if use_verifier:
-        ver_prompts = feedback.verifier_prompts(ver, solutions, cfg.data.prompt_style)
-        with timer("verify") as rec:
-            judged = feedback.judge(
-                ver,
-                solutions,
-                ver_prompts,
-                n=alg.verifications_per_response,
-                seed=step_seed(cfg.seed, global_step, Purpose.FEEDBACK),
-                format_weight=alg.verifier_format_weight,
-            )
-            rec.tokens += _generated_tokens(j.completion for row in judged for j in row)
-        verdicts = [row[0].verification.verdict for row in judged]
         nv = alg.verifications_per_response
+        ver_prompts, judged = _judge(ctx, solutions, nv, Purpose.FEEDBACK, **at)
+        verdicts = [row[0].verification.verdict for row in judged]
         metrics |= _side_drift(
             ctx,
             ver,
@@ -247,30 +282,11 @@ def verifier_step(
     cfg, gen, ver = ctx.cfg, ctx.generator, ctx.verifier
     alg = cfg.algorithm
     n = ver.config.rollout.n
-    prompts = [
-        gen.encode(formats.render_generator_prompt(p.question, style=cfg.data.prompt_style))
-        for p in problems
-    ]
-    with timer("generate") as rec:
-        outs = gen.generate(
-            prompts, gen.train_params(step_seed(cfg.seed, global_step, Purpose.SOLUTIONS), n=1)
-        )
-        rec.tokens += _generated_tokens(c for group in outs for c in group)
-    with timer("reward"):
-        solutions, reward_metrics = feedback.score_solutions(
-            ctx.scorer, problems, outs, timeout_s=cfg.scorer_timeout_s
-        )
-    ver_prompts = feedback.verifier_prompts(ver, solutions, cfg.data.prompt_style)
-    with timer("verify") as rec:
-        judged = feedback.judge(
-            ver,
-            solutions,
-            ver_prompts,
-            n=n,
-            seed=step_seed(cfg.seed, global_step, Purpose.VERIFICATIONS),
-            format_weight=alg.verifier_format_weight,
-        )
-        rec.tokens += _generated_tokens(j.completion for row in judged for j in row)
+    at = dict(global_step=global_step, timer=timer)
+    prompts, solutions, reward_metrics = _sample_and_score(
+        ctx, problems, 1, Purpose.SOLUTIONS, **at
+    )
+    ver_prompts, judged = _judge(ctx, solutions, n, Purpose.VERIFICATIONS, **at)
     flat = [j for row in judged for j in row]  # solution-major: rows i*n .. i*n+n-1
     labels = np.repeat([s.correct for s in solutions], n)
     rewards_v = np.asarray([j.reward for j in flat], np.float32)
