@@ -30,7 +30,8 @@ from tango_jax.models.config import dtype_from_name
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
 from tango_jax.parallel.partition import init_sharded
 from tango_jax.rl.batch import TrainBatch
-from tango_jax.rl.trainer import LossConfig, Trainer, TrainerConfig
+from tango_jax.rl.train_step import LossConfig, TrainerConfig
+from tango_jax.rl.trainer import Trainer
 
 
 def step_flops(cfg, batch: int, length: int, with_ref: bool) -> float:

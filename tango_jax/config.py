@@ -27,7 +27,7 @@ from tango_jax.config_types import ConfigError, apply_derived, config_dict, deri
 from tango_jax.data.prompts import DataConfig, DataSource
 from tango_jax.parallel.mesh import MeshConfig
 from tango_jax.rl.advantages import AdvantageEstimator
-from tango_jax.rl.trainer import (
+from tango_jax.rl.train_step import (
     LossConfig,
     LRSchedule,
     Objective,

@@ -32,13 +32,8 @@ from tango_jax.export import main as export_main
 from tango_jax.models import Transformer, presets
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
 from tango_jax.rl.batch import make_batch
-from tango_jax.rl.trainer import (
-    LossConfig,
-    LRSchedule,
-    OptimizerConfig,
-    Trainer,
-    TrainerConfig,
-)
+from tango_jax.rl.train_step import LossConfig, LRSchedule, OptimizerConfig, TrainerConfig
+from tango_jax.rl.trainer import Trainer
 
 CONFIG = presets.get("tiny-qwen2", vocab_size=64, embed_dim=64, mlp_dim=96)
 # A warm-up + cosine schedule, so the restored optimizer count (schedule position) matters.

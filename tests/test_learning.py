@@ -11,7 +11,8 @@ from tango_jax.models import Transformer, presets
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
 from tango_jax.rl.advantages import grpo_outcome_advantages
 from tango_jax.rl.batch import make_batch
-from tango_jax.rl.trainer import LossConfig, OptimizerConfig, Trainer, TrainerConfig
+from tango_jax.rl.train_step import LossConfig, OptimizerConfig, TrainerConfig
+from tango_jax.rl.trainer import Trainer
 from tango_jax.rollout.base import Prompt, SamplingParams
 from tango_jax.rollout.jax_sampler import JaxSampler
 

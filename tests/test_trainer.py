@@ -15,7 +15,8 @@ from tango_jax.parallel.mesh import MeshConfig, make_mesh
 from tango_jax.parallel.partition import shard_model
 from tango_jax.rl.batch import make_batch
 from tango_jax.rl.losses import LossAggMode
-from tango_jax.rl.trainer import LossConfig, Objective, OptimizerConfig, Trainer, TrainerConfig
+from tango_jax.rl.train_step import LossConfig, Objective, OptimizerConfig, TrainerConfig
+from tango_jax.rl.trainer import Trainer
 
 CONFIG = presets.get("tiny-qwen2", vocab_size=64, embed_dim=64, mlp_dim=96)
 

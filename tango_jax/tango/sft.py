@@ -27,7 +27,8 @@ from tango_jax.models import from_pretrained, save_pretrained
 from tango_jax.models.config import dtype_from_name
 from tango_jax.models.tiny import write_tiny_checkpoint
 from tango_jax.rl.batch import make_batch
-from tango_jax.rl.trainer import Objective, Trainer
+from tango_jax.rl.train_step import Objective
+from tango_jax.rl.trainer import Trainer
 from tango_jax.tango import formats
 from tango_jax.tango.schedule import Kind
 
