@@ -70,7 +70,8 @@ def main(argv: list[str]) -> int:
     results["jax"] = _timed(
         JaxSampler(model, load_tokenizer(model_dir), mesh=mesh), prompts, params
     )
-    from tango_jax.rollout.vllm.sampler import VLLMSampler, VLLMSamplerConfig
+    from tango_jax.rollout.vllm.config import VLLMSamplerConfig
+    from tango_jax.rollout.vllm.sampler import VLLMSampler
     from tango_jax.rollout.vllm.server import VLLMServerConfig
     from tango_jax.rollout.vllm.sync import WeightSyncConfig
 

@@ -24,7 +24,8 @@ from flax import nnx
 from tango_jax.models import from_pretrained
 from tango_jax.models.tiny import write_tiny_checkpoint
 from tango_jax.rollout.base import Prompt, SamplingParams
-from tango_jax.rollout.vllm.sampler import VLLMSampler, VLLMSamplerConfig
+from tango_jax.rollout.vllm.config import VLLMSamplerConfig
+from tango_jax.rollout.vllm.sampler import VLLMSampler
 from tango_jax.rollout.vllm.server import VLLMServerConfig
 from tango_jax.rollout.vllm.sync import WeightSyncConfig
 

@@ -34,7 +34,7 @@ from tango_jax.rl.train_step import (
     OptimizerConfig,
     TrainerConfig,
 )
-from tango_jax.rollout.vllm.sampler import VLLMConfig
+from tango_jax.rollout.vllm.config import VLLMConfig
 from tango_jax.tango.class_balance import ReweightMethod
 from tango_jax.tango.process_advantages import AlphaSchedule
 from tango_jax.tango.schedule import Kind, Schedule
@@ -61,7 +61,7 @@ class SamplerSettings:
     backend: SamplerBackend = SamplerBackend.JAX  # jax | vllm
     max_rows: int = 256  # JAX sampler: rows per compiled call
     prompt_bucket: int = 64  # JAX sampler and train batches: prompt widths rounded up to this
-    vllm: VLLMConfig = VLLMConfig()  # backend = vllm: the servers (rollout/vllm/sampler.py)
+    vllm: VLLMConfig = VLLMConfig()  # backend = vllm: the servers (rollout/vllm/config.py)
 
 
 @dataclasses.dataclass(frozen=True)

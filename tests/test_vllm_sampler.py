@@ -48,7 +48,8 @@ def model(checkpoint):
 
 @pytest.fixture(scope="module")
 def sampler(checkpoint, tmp_path_factory):
-    from tango_jax.rollout.vllm.sampler import VLLMSampler, VLLMSamplerConfig
+    from tango_jax.rollout.vllm.config import VLLMSamplerConfig
+    from tango_jax.rollout.vllm.sampler import VLLMSampler
     from tango_jax.rollout.vllm.server import VLLMServerConfig
     from tango_jax.rollout.vllm.sync import WeightSyncConfig
 

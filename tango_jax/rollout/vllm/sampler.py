@@ -48,7 +48,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tango_jax.config_types import apply_derived, derived
 from tango_jax.models.config import ModelConfig
 from tango_jax.models.hf import read_config
 from tango_jax.rollout.base import Completion, FinishReason, Prompt, SamplingParams
@@ -58,13 +57,9 @@ from tango_jax.rollout.vllm.client import (
     VLLMHTTPError,
     VLLMUnavailable,
 )
-from tango_jax.rollout.vllm.server import VLLMServer, VLLMServerConfig, VLLMServerError
-from tango_jax.rollout.vllm.sync import (
-    SyncBackend,
-    WeightSync,
-    WeightSyncConfig,
-    WeightSyncError,
-)
+from tango_jax.rollout.vllm.config import VLLMSamplerConfig
+from tango_jax.rollout.vllm.server import VLLMServer, VLLMServerError
+from tango_jax.rollout.vllm.sync import WeightSync, WeightSyncError
 
 log = logging.getLogger(__name__)
 
@@ -120,109 +115,6 @@ def parse_completions(response: dict, n: int, weight_version: int) -> list[Compl
             )
         out.append(Completion(token_ids, choice["text"], logprobs, reason, weight_version))
     return out
-
-
-@dataclasses.dataclass(frozen=True)
-class VLLMClientConfig:
-    """What a `VLLMSampler` needs besides its servers (the fields that `VLLMSamplerConfig` and
-    a run config's `VLLMConfig` share)."""
-
-    urls: tuple[str, ...] = ()  # running servers to use (e.g. from scripts/launch_vllm.py)
-    # The servers' key: required on every route but /health, the weight-update routes included.
-    api_key: str | None = dataclasses.field(default=None, repr=False)
-    # How weights reach the servers (backend and dtype must match theirs).
-    sync: WeightSyncConfig = dataclasses.field(default_factory=WeightSyncConfig)
-    request_timeout_s: float = 1800.0  # limit of one completions request (one prompt's n samples)
-    max_concurrency: int = 64  # requests in flight per replica
-    # Restarts of one replica within one `generate` / `update_weights` call (and resends of
-    # requests whose connection a healthy server dropped).
-    max_restarts: int = 2
-    # Score a fixed sequence with vLLM and with the JAX model after each sync and raise if they
-    # disagree (`vllm.verify`); costs one short forward pass each.
-    verify_after_sync: bool = True
-
-
-@dataclasses.dataclass(frozen=True)
-class VLLMSamplerConfig(VLLMClientConfig):
-    """The sampler's servers: `servers` to launch and own (one per replica), or `urls` of
-    running ones (their key, if any, in `api_key`)."""
-
-    servers: tuple[VLLMServerConfig, ...] = ()
-
-    def __post_init__(self):
-        if bool(self.servers) == bool(self.urls):
-            raise ValueError(
-                "VLLMSamplerConfig: give exactly one of `servers` (launch them) or `urls` "
-                f"(connect to running ones); got {len(self.servers)} servers and "
-                f"{len(self.urls)} urls."
-            )
-        for s in self.servers:
-            backend = s.weight_transfer_backend
-            if backend is not None and backend != self.sync.backend.value:
-                raise ValueError(
-                    f"VLLMServerConfig.weight_transfer_backend ({backend!r}) must equal "
-                    f"VLLMSamplerConfig.sync.backend ({self.sync.backend.value!r})."
-                )
-            if s.dtype != self.sync.dtype:
-                raise ValueError(
-                    f"VLLMServerConfig.dtype ({s.dtype!r}) must equal "
-                    f"VLLMSamplerConfig.sync.dtype ({self.sync.dtype!r}): weights are sent in "
-                    "the server's dtype."
-                )
-        if self.max_concurrency < 1:
-            raise ValueError(f"max_concurrency ({self.max_concurrency}) must be >= 1.")
-        if self.max_restarts < 0:
-            raise ValueError(f"max_restarts ({self.max_restarts}) must be >= 0.")
-
-
-@dataclasses.dataclass(frozen=True)
-class VLLMConfig(VLLMClientConfig):
-    """A role's vLLM servers as a run config describes them (`RoleConfig.sampler.vllm`):
-    running ones at `urls`, or `replicas` copies of `server` that the sampler launches and
-    restarts. `sampler_config` turns it into the sampler's `VLLMSamplerConfig`. The servers'
-    dtype and weight-transfer backend are the sync's, their key is `api_key`."""
-
-    # The paper's GPUs: vLLM's NCCL engine, bfloat16 weights.
-    sync: WeightSyncConfig = WeightSyncConfig(backend=SyncBackend.NCCL, dtype="bfloat16")
-    replicas: int = 1  # servers to launch when urls is empty
-    devices: tuple[str, ...] = ()  # CUDA_VISIBLE_DEVICES per replica, e.g. ("4,5", "6,7")
-    # Every launched replica: its port is server.port + i (0: free ports); max_model_len None is
-    # the role's prompt + response budget.
-    server: VLLMServerConfig = dataclasses.field(
-        default=VLLMServerConfig(),
-        metadata=derived(
-            model=("the role's checkpoint (per replica)", lambda c: ""),
-            devices=("devices (one entry per replica)", lambda c: None),
-            dtype=("sync.dtype", lambda c: c.sync.dtype),
-            weight_transfer_backend=("sync.backend", lambda c: c.sync.backend.value),
-            api_key=("api_key", lambda c: c.api_key),
-        ),
-    )
-
-    def __post_init__(self):
-        apply_derived(self)
-
-    def sampler_config(self, model: str, max_model_len: int) -> VLLMSamplerConfig:
-        """The sampler's config for servers serving checkpoint `model` (launched ones get
-        `server.max_model_len or max_model_len`)."""
-        s = self.server
-        if self.devices and len(self.devices) != self.replicas and not self.urls:
-            raise ValueError(
-                f"devices has {len(self.devices)} entries for {self.replicas} replicas; give "
-                "one CUDA_VISIBLE_DEVICES per replica."
-            )
-        servers = tuple(
-            dataclasses.replace(
-                s,
-                model=model,
-                port=s.port + i if s.port else 0,
-                devices=self.devices[i] if self.devices else None,
-                max_model_len=s.max_model_len or max_model_len,
-            )
-            for i in range(0 if self.urls else self.replicas)
-        )
-        shared = {f.name: getattr(self, f.name) for f in dataclasses.fields(VLLMClientConfig)}
-        return VLLMSamplerConfig(servers=servers, **shared)
 
 
 def _import_transfer_engines() -> None:
