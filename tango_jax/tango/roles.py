@@ -7,10 +7,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flax import nnx
-from jax.sharding import Mesh
 
 from tango_jax.config import RoleConfig, SamplerBackend
 from tango_jax.data.tokenizer import load_tokenizer
@@ -20,6 +19,9 @@ from tango_jax.rl.trainer import Trainer
 from tango_jax.rollout.base import Completion, Prompt, Sampler, SamplingParams
 from tango_jax.rollout.jax_sampler import JaxSampler
 from tango_jax.tango.schedule import Kind
+
+if TYPE_CHECKING:
+    from jax.sharding import Mesh  # passed through to the model, trainer and sampler
 
 
 @dataclasses.dataclass
