@@ -124,3 +124,29 @@ def plot_curves(
     axes.flat[0].legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+# What a run's final log lines report: the held-out numbers of the paper's two claims before RL
+# (the first evaluation, after SFT) and after it (the last evaluation).
+CLAIM_METRICS = (
+    ("eval/generator/sampled_accuracy", "generator accuracy, sampled at the training T"),
+    ("eval/generator/accuracy", "generator accuracy, greedy"),
+    ("eval/verifier/step_f1", "verifier step F1 (first INCORRECT step vs first error)"),
+    ("eval/verifier/step_acc_erroneous", "verifier: exact first-error step found"),
+    ("eval/verifier/step_acc_correct", "verifier: correct solutions passed"),
+    ("eval/verifier/verdict_accuracy", "verifier verdict accuracy"),
+)
+
+
+def before_after_lines(run: Run) -> list[str]:
+    """'name: first -> last (+gain)' for each claim metric the run logged at two evaluations
+    or more (the first one is step 0, after SFT, when eval.before_train is on)."""
+    lines = []
+    for metric, name in CLAIM_METRICS:
+        steps, values = series(run, metric)
+        if values.size >= 2:
+            lines.append(
+                f"{name}: {values[0]:.3f} (step {steps[0]}) -> {values[-1]:.3f} (step {steps[-1]}),"
+                f" {values[-1] - values[0]:+.3f}"
+            )
+    return lines

@@ -177,6 +177,10 @@ class EvalConfig:
     # counterpart of the rollouts' accuracy, which is what RL optimises; the paper reports
     # greedy pass@1 only.
     sampled: bool = False
+    sampled_n: int = 1  # samples per problem for the sampled accuracy (more: less noise)
+    # Synthetic task: the verifier's ProcessBench-style step F1 on this many held-out solutions
+    # with a known first wrong step (half correct); 0 disables.
+    process_bench_size: int = 128
 
 
 @dataclasses.dataclass(frozen=True)

@@ -49,11 +49,17 @@ def main(argv: list[str]) -> None:
     from tango_jax.tango.loop import TangoLoop  # heavy imports only after the config is valid
 
     final = TangoLoop(cfg, mesh).run()
-    logging.getLogger("tango_jax").info(
+    log = logging.getLogger("tango_jax")
+    log.info(
         "finished %s: %s",
         cfg.name,
         " ".join(f"{k}={v:.4f}" for k, v in sorted(final.items()) if k.startswith("eval/")),
     )
+    from tango_jax import analysis
+
+    run = analysis.load_runs({cfg.name: cfg.run_dir})[cfg.name]
+    for line in analysis.before_after_lines(run):
+        log.info("before -> after RL: %s", line)
 
 
 def _override_paths(argv: list[str]) -> list[tuple[str, str]]:

@@ -50,6 +50,23 @@ def test_eval_table_first_and_last(tmp_path):
     assert "0.200 -> 0.500" in analysis.format_table(table)
 
 
+def test_before_after_lines_report_first_and_last_evaluation(tmp_path):
+    with MetricsWriter(tmp_path / "r", tensorboard=False) as w:
+        w.write(
+            0, {"eval/generator/sampled_accuracy": 0.25, "eval/verifier/step_f1": 0.1}, phase="eval"
+        )
+        w.write(5, {"generator/accuracy": 0.4}, phase="generator")
+        w.write(
+            9, {"eval/generator/sampled_accuracy": 0.5, "eval/verifier/step_f1": 0.4}, phase="eval"
+        )
+    lines = analysis.before_after_lines(analysis.load_runs({"r": tmp_path / "r"})["r"])
+    assert lines == [
+        "generator accuracy, sampled at the training T: 0.250 (step 0) -> 0.500 (step 9), +0.250",
+        "verifier step F1 (first INCORRECT step vs first error): 0.100 (step 0) -> 0.400 "
+        "(step 9), +0.300",
+    ]
+
+
 def test_smooth_is_a_trailing_mean():
     np.testing.assert_allclose(
         analysis.smooth(np.array([1.0, 3.0, 5.0, 7.0]), 2), [1.0, 2.0, 4.0, 6.0]

@@ -124,6 +124,13 @@ def test_run_writes_metrics_checkpoints_and_changes_both_models(jax_run):
         assert key in rows[5], key
     assert "eval/generator/accuracy" in rows[0] and "eval/verifier/f1" in final
     assert "eval/generator/sampled_accuracy" in rows[0]
+    # the verifier's miniature-ProcessBench scores at every evaluation, and the step-level
+    # diagnostics of the rollouts (the synthetic task knows each solution's first wrong step)
+    for key in ("step_f1", "step_acc_erroneous", "step_acc_correct", "step_unreadable"):
+        assert 0.0 <= rows[0][f"eval/verifier/{key}"] <= 1.0 and f"eval/verifier/{key}" in final
+    assert "generator/feedback/process/step_f1" in rows[2]
+    assert "verifier/process/step_f1" in rows[5] and "verifier/zero_var_groups" in rows[5]
+    assert 0.0 <= rows[2]["generator/zero_var_groups"] <= 1.0
     # the embedded sampler reports the trainer's own log-probs: drift is float noise
     assert rows[2]["generator/rollout/drift_max_abs"] < 1e-3
     # every rollout batch has its drift: the verifier's feedback (G steps), the generator's

@@ -279,3 +279,97 @@ def test_stream_is_indexed_by_step_and_resumes_exactly():
 def test_stream_rejects_a_position_of_another_seed():
     with pytest.raises(ValueError, match="seed 7"):
         S.SyntheticStream(CONFIG, 4, seed=7, position=StreamPosition(seed=8))
+
+
+# ----------------------------------------------------------------------------------------------
+# Step-level truth: parsing questions back, first wrong steps, the miniature ProcessBench.
+
+
+def test_parse_question_inverts_the_question_text():
+    for i in range(200):
+        problem = S.problem_at(CONFIG, i, seed=5)
+        assert S.parse_question(problem.question) == problem
+    div = S.ArithProblem(12, ((S.Op.DIV, 3), (S.Op.ADD, 1)))
+    assert S.parse_question(div.question) == div
+    for text in ("What is 2 + 2?", "Start with 3. Jump 4. What is the result?", ""):
+        assert S.parse_question(text) is None
+
+
+PROBLEM = S.ArithProblem(7, ((S.Op.ADD, 5), (S.Op.MUL, 3), (S.Op.SUB, 4)))  # 12, 36, 32
+
+
+@pytest.mark.parametrize(
+    ("steps", "expected"),
+    [
+        (["7 + 5 = 12", "12 * 3 = 36", "36 - 4 = 32"], -1),
+        ([" 7 + 5 = 12 ", "12 * 3 = 36", "36 - 4 = 32"], -1),  # surrounding spaces are fine
+        (["7 + 5 = 13", "13 * 3 = 39", "39 - 4 = 35"], 0),  # a slip carried forward correctly
+        (["7 + 5 = 12", "12 * 3 = 35", "35 - 4 = 31"], 1),
+        (["7 + 5 = 12", "12 * 3 = 36", "36 - 4 = 31"], 2),
+        (["7 + 5 = 12", "13 * 3 = 39", "39 - 4 = 35"], 1),  # a wrong input is an error too
+        (["7 + 5 = 12", "12 + 3 = 15", "15 - 4 = 11"], 1),  # the wrong operation
+        (["7 + 5 = 12", "12 * 2 = 24", "24 - 4 = 20"], 1),  # the wrong operand
+        (["7 + 5 = 12", "twelve times three", "36 - 4 = 32"], 1),  # unreadable
+        (["7 + 5 = 12", "12 * 3 = 36"], 2),  # a missing step is an error at its position
+        (["7 + 5 = 12", "12 * 3 = 36", "36 - 4 = 32", "32 + 0 = 32"], 3),  # an extra step
+        ([], 0),
+    ],
+)
+def test_first_error(steps, expected):
+    assert S.first_error(PROBLEM, steps) == expected
+
+
+def test_first_error_agrees_with_the_slips_it_knows():
+    for i in range(100):
+        problem = S.problem_at(CONFIG, i, seed=6)
+        assert S.first_error(problem, S.reference_solution(problem).steps) == -1
+        slipped = S.slipped_solution(problem, seed=i)
+        assert S.first_error(problem, slipped.steps) == slipped.first_error
+
+
+def test_process_bench_is_half_correct_held_out_and_pinned():
+    items = S.process_bench(CONFIG, 64, seed=1)
+    assert items == S.process_bench(CONFIG, 64, seed=1)
+    assert len({s.problem.question for s in items}) == 64
+    assert all(S.is_held_out(s.problem.question, CONFIG) for s in items)
+    labels = [s.first_error for s in items]
+    assert sum(y is None for y in labels) == 32
+    # every position of a 3-step chain is the first error of some item
+    assert {y for y in labels if y is not None} == {0, 1, 2}
+    evaluation = S.process_items(CONFIG, 64, seed=1)
+    assert [it.label for it in evaluation] == [-1 if y is None else y for y in labels]
+    assert [it.solution for it in evaluation] == [s.text for s in items]
+    assert all(it.num_steps == 3 for it in evaluation)
+
+
+def test_random_step_transcripts_carry_no_location():
+    """RANDOM_STEP: a wrong solution gets exactly one INCORRECT, at a position independent of
+    where its error is (hit rate ~1/3 on 3-step chains); the verdict is the outcome label."""
+    config = dataclasses.replace(CONFIG, verifier_sft_labels=S.VerifierLabels.RANDOM_STEP)
+    hits = wrong = 0
+    for i in range(300):
+        problem = S.problem_at(CONFIG, i, seed=8, purpose="sft-verifier")
+        for solution in (S.reference_solution(problem), S.slipped_solution(problem, seed=i)):
+            parsed = F.parse_verification(S.verification_transcript(solution, config, seed=i))
+            if solution.correct:
+                assert parsed.step_judgments == (1, 1, 1) and parsed.verdict == F.CORRECT
+                continue
+            assert sorted(parsed.step_judgments) == [-1, 1, 1]
+            assert parsed.verdict == F.INCORRECT
+            wrong += 1
+            hits += parsed.step_judgments.index(-1) == solution.first_error
+    assert abs(hits / wrong - 1 / 3) < 0.1  # binomial sd 0.027
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [
+        (S.VerifierAnalysis.GENERIC, "Step 2 Analysis: check the arithmetic."),
+        (S.VerifierAnalysis.RECOMPUTE, "Step 2 Analysis: 12 * 3 = 36."),
+        (S.VerifierAnalysis.COMPARE, "Step 2 Analysis: written 35, computed 12 * 3 = 36."),
+    ],
+)
+def test_verifier_analyses(kind, expected):
+    solution = S.ArithSolution(PROBLEM, (12, 35, 31), first_error=1)
+    config = dataclasses.replace(CONFIG, verifier_sft_analysis=kind)
+    assert expected in S.verification_transcript(solution, config)

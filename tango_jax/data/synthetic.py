@@ -49,13 +49,32 @@ from __future__ import annotations
 import dataclasses
 import enum
 import hashlib
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Sequence
 
 from tango_jax.data.datasets import Problem, StreamPosition
 from tango_jax.tango import formats
+from tango_jax.tango.process_bench import NO_ERROR, ProcessItem
 
 SOURCE = "synthetic-arith"
 _MAX_ATTEMPTS = 1000  # draws per problem before the split is declared empty
+
+
+class VerifierLabels(enum.Enum):
+    """Step judgments of a verifier SFT transcript; the verdict is always the outcome label."""
+
+    ALL_STEPS = "all_steps"  # every step judgment = the outcome label
+    RANDOM_STEP = "random_step"  # wrong solution: one INCORRECT at a random step, rest CORRECT
+
+
+class VerifierAnalysis(enum.Enum):
+    """The text of each step's analysis in a verifier SFT transcript."""
+
+    GENERIC = "generic"  # "Step k Analysis: check the arithmetic."
+    RECOMPUTE = "recompute"  # "Step k Analysis: 12 * 3 = 36": the step's operation recomputed
+    # "Step k Analysis: written 37, computed 12 * 3 = 36": the step's result as written, then
+    # the operation recomputed (the two numbers a careful checker puts side by side)
+    COMPARE = "compare"
 
 
 class Op(enum.Enum):
@@ -66,6 +85,11 @@ class Op(enum.Enum):
 
 
 _SYMBOL = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.DIV: "/"}
+_OP_OF_SYMBOL = {v: k for k, v in _SYMBOL.items()}
+_OP_OF_PHRASE = {"add": Op.ADD, "subtract": Op.SUB, "multiply by": Op.MUL, "divide by": Op.DIV}
+# A step as the solutions write it: "a op o = v" (a generated one may be anything).
+_STEP = re.compile(r"(-?\d+) ([-+*/]) (\d+) = (-?\d+)")
+_QUESTION = re.compile(r"Start with (\d+)\. (.+)\. What is the result\?")
 _PHRASE = {
     Op.ADD: "add {}",
     Op.SUB: "subtract {}",
@@ -101,6 +125,9 @@ class ArithConfig:
     eval_fraction: float = 0.1  # share of all problems (by question hash) that is held out
     slip_fraction: float = 0.2  # generator SFT: share of solutions with one arithmetic slip
     verifier_correct_fraction: float = 0.5  # verifier SFT: share of correct solutions
+    # Verifier SFT transcripts (both carry the outcome label only; see the module docstring).
+    verifier_sft_labels: VerifierLabels = VerifierLabels.ALL_STEPS
+    verifier_sft_analysis: VerifierAnalysis = VerifierAnalysis.GENERIC
 
     def __post_init__(self):
         checks = [
@@ -341,15 +368,46 @@ class SFTExample:
     problem_id: str
 
 
-def verification_transcript(solution: ArithSolution) -> str:
-    """The verifier SFT target for `solution`, from its outcome label only: K step judgments
-    all equal to the label, the label as verdict, a generic analysis per step (see the module
-    docstring for why)."""
+def _analysis(step: str, kind: VerifierAnalysis) -> str:
+    """The verifier's check of a step "a op o = v" (SFT solutions are well-formed)."""
+    m = _STEP.fullmatch(step.strip())
+    assert m, step
+    a, symbol, o = int(m.group(1)), m.group(2), int(m.group(3))
+    recomputed = f"{a} {symbol} {o} = {_apply(_OP_OF_SYMBOL[symbol], a, o)}"
+    if kind is VerifierAnalysis.COMPARE:
+        return f"written {m.group(4)}, computed {recomputed}"
+    return recomputed
+
+
+def verification_transcript(
+    solution: ArithSolution, config: ArithConfig = ArithConfig(), *, seed: int = 0
+) -> str:
+    """The verifier SFT target for `solution`, from its outcome label only.
+
+    Labels (`config.verifier_sft_labels`): ALL_STEPS copies the label into all K judgments;
+    RANDOM_STEP marks a correct solution's steps all CORRECT and, for a wrong one, one step
+    INCORRECT at a position drawn at random (seeded by (seed, question)), independent of where
+    the error is. Analyses (`config.verifier_sft_analysis`): GENERIC is the same sentence for
+    every step; RECOMPUTE writes the step's operation with its right result. The verdict is the
+    outcome label. See the module docstring for why.
+    """
     num_steps = len(solution.problem.ops)
     label = formats.CORRECT if solution.correct else formats.INCORRECT
-    judgment = 1 if solution.correct else -1
-    analyses = [f"Step {i + 1} Analysis: check the arithmetic." for i in range(num_steps)]
-    return formats.render_verification([judgment] * num_steps, label, analyses)
+    if solution.correct:
+        judgments = [1] * num_steps
+    elif config.verifier_sft_labels is VerifierLabels.ALL_STEPS:
+        judgments = [-1] * num_steps
+    else:
+        wrong = _Draws("sft-verifier-location", seed, solution.problem.question).below(num_steps)
+        judgments = [-1 if i == wrong else 1 for i in range(num_steps)]
+    if config.verifier_sft_analysis is not VerifierAnalysis.GENERIC:
+        analyses = [
+            f"Step {i + 1} Analysis: {_analysis(step, config.verifier_sft_analysis)}."
+            for i, step in enumerate(solution.steps)
+        ]
+    else:
+        analyses = [f"Step {i + 1} Analysis: check the arithmetic." for i in range(num_steps)]
+    return formats.render_verification(judgments, label, analyses)
 
 
 def generator_sft_examples(
@@ -379,7 +437,85 @@ def verifier_sft_examples(
         correct = _Draws("sft-verifier-slip", seed, i).chance(config.verifier_correct_fraction)
         solution = reference_solution(problem) if correct else slipped_solution(problem, seed=seed)
         prompt = formats.render_verifier_prompt(problem.question, solution.text, style=style)
-        out.append(SFTExample(prompt, verification_transcript(solution), correct, problem.id))
+        transcript = verification_transcript(solution, config, seed=seed)
+        out.append(SFTExample(prompt, transcript, correct, problem.id))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Step-level truth: the miniature ProcessBench and the first wrong step of any solution.
+
+
+def parse_question(question: str) -> ArithProblem | None:
+    """The problem a question text describes (the inverse of `ArithProblem.question`), or None
+    for text that is not an arithmetic-chain question."""
+    m = _QUESTION.fullmatch(question.strip())
+    if m is None:
+        return None
+    ops = []
+    for clause in m.group(2).split(", then "):
+        words, _, operand = clause.lower().rpartition(" ")
+        if words not in _OP_OF_PHRASE or not operand.isdigit():
+            return None
+        ops.append((_OP_OF_PHRASE[words], int(operand)))
+    return ArithProblem(int(m.group(1)), tuple(ops))
+
+
+def first_error(problem: ArithProblem, steps: Sequence[str]) -> int:
+    """The 0-based index of the first wrong step of a solution written as `steps` ("a op o = v"
+    texts), or -1 if every step is right and there are exactly K of them.
+
+    Step k is right when it reads "a op o = v" with the problem's k-th operation and operand,
+    `a` equal to the value the previous step wrote (the start value for k = 0), and v = a op o.
+    So, as in ProcessBench, a step that carries an earlier mistake forward correctly is not an
+    error; the first mistake is. A missing step is an error at its position; an extra step
+    after K right ones is an error too.
+    """
+    value = problem.start
+    for k, text in enumerate(steps):
+        m = _STEP.fullmatch(text.strip())
+        if k >= len(problem.ops) or m is None:
+            return k
+        a, symbol, o, v = int(m.group(1)), m.group(2), int(m.group(3)), int(m.group(4))
+        op, operand = problem.ops[k]
+        if a != value or _OP_OF_SYMBOL[symbol] is not op or o != operand or v != _apply(op, a, o):
+            return k
+        value = v
+    return -1 if len(steps) == len(problem.ops) else len(steps)
+
+
+def process_items(config: ArithConfig, n: int, *, seed: int = 0) -> list[ProcessItem]:
+    """`process_bench` as the evaluation's ProcessBench items (question, solution text, K,
+    first wrong step or -1)."""
+    return [
+        ProcessItem(
+            s.problem.question,
+            s.text,
+            len(s.steps),
+            NO_ERROR if s.first_error is None else s.first_error,
+        )
+        for s in process_bench(config, n, seed=seed)
+    ]
+
+
+def process_bench(config: ArithConfig, n: int, *, seed: int = 0) -> list[ArithSolution]:
+    """`n` held-out solutions with a known first wrong step, the miniature ProcessBench: half
+    reference solutions (label -1), half with one slip at a random step (label = that step),
+    on the first distinct held-out problems of stream ("process-bench", seed).
+
+    The same seed gives the same items on every run, so runs are compared on one set.
+    """
+    out, seen, index = [], set(), 0
+    while len(out) < n:
+        problem = problem_at(config, index, seed=seed, held_out=True, purpose="process-bench")
+        index += 1
+        if problem.question in seen:
+            if index > 50 * n + _MAX_ATTEMPTS:
+                raise ValueError(f"only {len(out)} distinct held-out problems for n = {n}.")
+            continue
+        seen.add(problem.question)
+        wrong = len(out) % 2 == 1
+        out.append(slipped_solution(problem, seed=seed) if wrong else reference_solution(problem))
     return out
 
 

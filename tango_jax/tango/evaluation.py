@@ -10,6 +10,11 @@ import numpy as np
 from tango_jax.data.datasets import Problem
 from tango_jax.metrics import PhaseTimer
 from tango_jax.tango import feedback, formats
+from tango_jax.tango.process_bench import (
+    ProcessItem,
+    predicted_error_step,
+    process_scores,
+)
 from tango_jax.tango.rewards import OutcomeScorer
 from tango_jax.tango.roles import Role
 
@@ -25,10 +30,14 @@ def evaluate(
     style: formats.PromptStyle = formats.PromptStyle.FULL,
     format_weight: float = 0.8,
     sampled_seed: int | None = None,
+    sampled_n: int = 1,
+    process_items: Sequence[ProcessItem] = (),
 ) -> dict[str, float]:
     """Greedy pass@1 of the generator and the verifier's greedy verdicts on those solutions;
-    with `sampled_seed`, also `eval/generator/sampled_accuracy`: one sample per problem at the
-    training temperature."""
+    with `sampled_seed`, also `eval/generator/sampled_accuracy`: the mean over `sampled_n`
+    samples per problem at the training temperature; with `process_items`, the verifier's
+    ProcessBench-style scores on them (`eval/verifier/step_f1` and its two accuracies,
+    `process_bench.py`)."""
     prompts = [
         generator.encode(formats.render_generator_prompt(p.question, evaluation=True, style=style))
         for p in problems
@@ -68,9 +77,39 @@ def evaluate(
             len(r[0].verification.step_judgments) == len(s.steps) for s, r in zip(solutions, judged)
         ]
         metrics["eval/verifier/k_match"] = float(np.mean(k_match))
+    if verifier is not None and process_items:
+        with timer("eval_verify"):
+            metrics |= evaluate_process(verifier, process_items, style=style)
     if sampled_seed is not None:
         with timer("eval_generate"):
-            sampled = generator.generate(prompts, generator.train_params(sampled_seed, n=1))
+            sampled = generator.generate(prompts, generator.train_params(sampled_seed, n=sampled_n))
         scored, _ = feedback.score_solutions(scorer, problems, sampled, timeout_s=timeout_s)
         metrics["eval/generator/sampled_accuracy"] = float(np.mean([s.correct for s in scored]))
     return metrics
+
+
+def evaluate_process(
+    verifier: Role, items: Sequence[ProcessItem], *, style: formats.PromptStyle
+) -> dict[str, float]:
+    """The verifier's greedy verification of each item: the predicted error location is its
+    first INCORRECT step; ProcessBench accuracies and F1, plus the verdict accuracy on the same
+    items (against label == -1)."""
+    prompts = [
+        verifier.encode(
+            formats.render_verifier_prompt(it.question, it.solution, style=style), truncate=True
+        )
+        for it in items
+    ]
+    outs = verifier.generate(prompts, verifier.eval_params())
+    parsed = [formats.parse_verification(row[0].text) for row in outs]
+    predictions = [
+        predicted_error_step(v.step_judgments, it.num_steps) for v, it in zip(parsed, items)
+    ]
+    labels = [it.label for it in items]
+    scores = process_scores(labels, predictions)
+    verdicts = [v.verdict == formats.CORRECT for v in parsed]
+    out = scores.metrics("eval/verifier/")
+    out["eval/verifier/step_verdict_accuracy"] = float(
+        np.mean([v == (y == -1) for v, y in zip(verdicts, labels)])
+    )
+    return out

@@ -12,9 +12,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from tango_jax.data import synthetic
 from tango_jax.data.datasets import Problem
 from tango_jax.rollout.base import Completion, Prompt
 from tango_jax.tango import formats, rewards
+from tango_jax.tango.process_bench import predicted_error_step, process_scores
 from tango_jax.tango.roles import Role
 
 
@@ -174,3 +176,26 @@ def verdict_metrics(labels: Sequence[bool], verdicts: Sequence[int | None]) -> d
         "parse_fail": float(np.mean([v is None for v in verdicts])) if y.size else 0.0,
         "predicted_correct": float(pred.mean()) if y.size else 0.0,
     }
+
+
+def process_metrics(
+    solutions: Sequence[Solution], judged: Sequence[Sequence[Judgment]]
+) -> dict[str, float]:
+    """Step-level truth of the rollouts, where it is known (the synthetic task): ProcessBench
+    scores (`process/step_f1`, ...) of the verifier's sampled judgments of these solutions,
+    against each solution's first wrong step (`synthetic.first_error`). Empty for other data
+    sources. A training-time diagnostic: no reward uses it."""
+    labels, predictions = [], []
+    for sol, row in zip(solutions, judged):
+        if sol.problem.source != synthetic.SOURCE:
+            return {}
+        problem = synthetic.parse_question(sol.problem.question)
+        if problem is None:
+            return {}
+        label = synthetic.first_error(problem, [st.text for st in sol.steps])
+        for j in row:
+            labels.append(label)
+            predictions.append(predicted_error_step(j.verification.step_judgments, len(sol.steps)))
+    if not labels:
+        return {}
+    return process_scores(labels, predictions).metrics("process/")

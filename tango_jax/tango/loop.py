@@ -28,13 +28,15 @@ from typing import TYPE_CHECKING
 from tango_jax.checkpoint import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer, check_finite
 from tango_jax.config import RunConfig, enabled_roles, trained_roles
 from tango_jax.config_types import to_dict
+from tango_jax.data import synthetic
 from tango_jax.data.datasets import StreamPosition
-from tango_jax.data.prompts import load_prompts
+from tango_jax.data.prompts import DataSource, load_prompts
 from tango_jax.data.tokenizer import load_tokenizer
 from tango_jax.metrics import MetricsWriter, PhaseTimer, Progress
 from tango_jax.models import save_pretrained
 from tango_jax.tango.class_balance import ClassBalanceState
 from tango_jax.tango.evaluation import evaluate
+from tango_jax.tango.process_bench import ProcessItem
 from tango_jax.tango.roles import Role, build_role
 from tango_jax.tango.schedule import Kind
 from tango_jax.tango.scoring_pool import OutcomeScorer
@@ -55,6 +57,7 @@ class TangoLoop:
         self.cfg, self.mesh = cfg, mesh
         self.run_dir = Path(cfg.run_dir)
         self.schedule = cfg.schedule
+        self.process_items: list[ProcessItem] = []  # set by _data (synthetic task only)
         self.timer = PhaseTimer()  # phases of a training step
         self.eval_timer = PhaseTimer()
 
@@ -62,6 +65,11 @@ class TangoLoop:
 
     def _data(self, position: StreamPosition | None):
         """(training prompt stream at `position`, held-out evaluation problems)."""
+        d = self.cfg.data
+        if d.source is DataSource.SYNTHETIC and self.cfg.eval.process_bench_size:
+            self.process_items = synthetic.process_items(
+                d.arith, self.cfg.eval.process_bench_size, seed=d.seed
+            )
         return load_prompts(
             self.cfg.data,
             max_prompt_len=self.cfg.generator.max_prompt_len,
@@ -144,6 +152,8 @@ class TangoLoop:
             style=self.cfg.data.prompt_style,
             format_weight=self.cfg.algorithm.verifier_format_weight,
             sampled_seed=self.cfg.seed if self.cfg.eval.sampled else None,
+            sampled_n=self.cfg.eval.sampled_n,
+            process_items=self.process_items,
         )
         # Its own timer: evaluation time is reported as perf/eval_*, never as the step's time.
         timings = self.eval_timer.metrics()

@@ -208,6 +208,10 @@ def generator_step(
             f"generator/feedback/{k}": v
             for k, v in feedback.verdict_metrics([s.correct for s in solutions], verdicts).items()
         }
+        metrics |= {
+            f"generator/feedback/{k}": v
+            for k, v in feedback.process_metrics(solutions, judged).items()
+        }
     rewards_b = _generator_rewards(solutions, judged, alg)
     batch = _batch(gen, [p for p in prompts for _ in range(n)], completions)
     # The α blend applies when this run has a step term (TANGO_SPEC §2.3): then (1-α) scales
@@ -248,8 +252,15 @@ def generator_step(
         "generator/adv/outcome_abs": float(np.abs(np.asarray(a_out))[mask].mean()),
         "generator/adv/step_abs": float(np.abs(np.asarray(a_step))[mask].mean()),
         "generator/warmup": float(warmup),
+        "generator/zero_var_groups": _zero_var_share(rewards_b, n),
     } | _rollout_metrics("generator", completions)
     return metrics
+
+
+def _zero_var_share(rewards_b: np.ndarray, group_size: int) -> float:
+    """Share of groups whose rewards are all equal (zero advantage: no learning signal)."""
+    groups = np.asarray(rewards_b, np.float64).reshape(-1, group_size)
+    return float(np.mean(groups.max(axis=1) - groups.min(axis=1) < 1e-9))
 
 
 def _generator_rewards(solutions, judged, alg) -> np.ndarray:
@@ -316,8 +327,10 @@ def verifier_step(
         f"verifier/{k}": v
         for k, v in feedback.verdict_metrics(labels, [j.verification.verdict for j in flat]).items()
     }
+    metrics |= {f"verifier/{k}": v for k, v in feedback.process_metrics(solutions, judged).items()}
     metrics |= {
         "verifier/reward/mean": float(rewards_v.mean()),
+        "verifier/zero_var_groups": _zero_var_share(rewards_v, n),
         "verifier/format_score": _mean(j.format_score for j in flat),
         "verifier/solution_accuracy": _mean(s.correct for s in solutions),
         "verifier/step_judgments/correct_frac": _mean(

@@ -1,0 +1,85 @@
+"""tango_jax.tango.process_bench: ProcessBench-style step scores, on hand-worked examples."""
+
+import pytest
+
+from tango_jax.tango.process_bench import (
+    NO_ERROR,
+    harmonic_mean,
+    predicted_error_step,
+    process_scores,
+)
+
+
+@pytest.mark.parametrize(
+    ("judgments", "num_steps", "expected"),
+    [
+        ((1, 1, 1), 3, NO_ERROR),  # every step judged CORRECT: "no error"
+        ((1, -1, 1), 3, 1),  # the first INCORRECT is the predicted location
+        ((-1, -1, -1), 3, 0),  # all INCORRECT: step 0 (what the outcome-copying SFT predicts)
+        ((1, 1, -1, 1), 3, 2),  # a located error counts even with a count mismatch
+        ((1, 1), 3, None),  # two CORRECT judgments for three steps: unreadable
+        ((1, 1, 1, 1), 3, None),  # four for three: unreadable
+        ((), 0, NO_ERROR),
+        ((), 2, None),
+    ],
+)
+def test_predicted_error_step(judgments, num_steps, expected):
+    assert predicted_error_step(judgments, num_steps) == expected
+
+
+def test_predicted_error_step_rejects_bad_input():
+    with pytest.raises(ValueError, match="must be \\+1 or -1"):
+        predicted_error_step((1, 0, 1), 3)
+    with pytest.raises(ValueError, match="num_steps"):
+        predicted_error_step((), -1)
+
+
+def test_process_scores_hand_worked():
+    """Six items, worked by hand.
+
+    erroneous (label >= 0): labels 0, 2, 1, 1 with predictions 0 (hit), 1 (early), None
+    (unreadable), 1 (hit) -> 2 of 4 = 0.5.
+    correct (label -1): predictions -1 (hit), 0 (false alarm) -> 1 of 2 = 0.5.
+    F1 = 2 * 0.5 * 0.5 / (0.5 + 0.5) = 0.5; unreadable 1 of 6.
+    """
+    labels = [0, 2, 1, 1, -1, -1]
+    predictions = [0, 1, None, 1, -1, 0]
+    s = process_scores(labels, predictions)
+    assert (s.num_erroneous, s.num_correct) == (4, 2)
+    assert s.acc_erroneous == pytest.approx(0.5)
+    assert s.acc_correct == pytest.approx(0.5)
+    assert s.f1 == pytest.approx(0.5)
+    assert s.unreadable == pytest.approx(1 / 6)
+    assert s.metrics("eval/verifier/") == {
+        "eval/verifier/step_f1": s.f1,
+        "eval/verifier/step_acc_erroneous": 0.5,
+        "eval/verifier/step_acc_correct": 0.5,
+        "eval/verifier/step_unreadable": pytest.approx(1 / 6),
+    }
+
+
+def test_process_scores_uneven_and_trivial_baselines():
+    """acc 3/4 and 1/3: F1 = 2 * (3/4)(1/3) / (3/4 + 1/3) = (1/2) / (13/12) = 6/13. And the
+    trivial verifiers of the miniature score F1 = 0: always CORRECT (no error found) and always
+    "step 1 wrong" (no correct solution passes)."""
+    labels = [0, 0, 1, 2, -1, -1, -1]
+    s = process_scores(labels, [0, 0, 1, 0, -1, 1, 2])
+    assert s.acc_erroneous == pytest.approx(3 / 4)
+    assert s.acc_correct == pytest.approx(1 / 3)
+    assert s.f1 == pytest.approx(6 / 13)
+    assert process_scores(labels, [NO_ERROR] * 7).f1 == 0.0
+    always_first = process_scores(labels, [0] * 7)
+    assert always_first.acc_erroneous == pytest.approx(2 / 4)
+    assert always_first.acc_correct == 0.0 and always_first.f1 == 0.0
+
+
+def test_process_scores_edge_cases():
+    assert harmonic_mean(0.0, 0.0) == 0.0
+    empty = process_scores([], [])
+    assert (empty.f1, empty.unreadable) == (0.0, 0.0)
+    only_correct = process_scores([-1, -1], [-1, -1])
+    assert (only_correct.acc_correct, only_correct.acc_erroneous, only_correct.f1) == (1, 0, 0)
+    with pytest.raises(ValueError, match="2 labels but 1 predictions"):
+        process_scores([0, 1], [0])
+    with pytest.raises(ValueError, match=">= -1"):
+        process_scores([-2], [0])
