@@ -83,6 +83,11 @@ class RoleConfig:
     # Prompts longer than this: generator prompts are filtered out when the data loads,
     # verifier prompts right-truncated (the official verifier).
     max_prompt_len: int = 2048
+    # Every prompt of this role (RL, evaluation, its SFT stage) as the user turn of its
+    # tokenizer's chat template, with the assistant cue (templates.chat_prompt); the response
+    # ends with the tokenizer's EOS, for a chat model the end-of-turn token. False: plain text,
+    # as the official code (its models are base or math models prompted in plain text).
+    chat_template: bool = False
     # Training batches pad responses to a multiple of this (one compiled train step per
     # distinct width): the rollout's max_tokens gives a single program, smaller values less
     # padding compute.

@@ -28,6 +28,7 @@ def _load(name: str, variant: str | None = None):
 
 ALL = (
     [("tiny_arith", v) for v in ("tango", "grpo", "fixed_verifier")]
+    + [("smollm2_arith", v) for v in ("tango", "grpo", "zero_shot")]
     + [("tango_qwen2_5_math_7b", None), ("tango_llama3_1_8b", None), ("sft_qwen2_5_math_7b", None)]
     + [
         ("baselines_qwen2_5_math_7b", v)
@@ -60,6 +61,23 @@ def test_baseline_variants_mean_what_they_say():
     assert rpp.algorithm.alpha.alpha0 == 0.5 and rpp.generator.trainer.loss.entropy_coef == 0
     fixed = load_run_config(_load("baselines_qwen2_5_math_7b", "fixed_verifier"))
     assert fixed.verifier.enable and not fixed.verifier.trainable and fixed.algorithm.step_rewards
+
+
+def test_smollm2_variants_mean_what_they_say():
+    """The real-model config: chat template and format SFT for both roles; grpo has the same
+    generator steps without a verifier; zero_shot trains nothing."""
+    tango = load_run_config(_load("smollm2_arith"))
+    for role in (tango.generator, tango.verifier):
+        assert role.chat_template and role.model.path.endswith("SmolLM2-135M-Instruct")
+        assert role.dtype == "float32" and role.trainer.loss.kl_coef == 0
+    assert tango.sft.generator.enable and tango.sft.verifier.enable
+    assert not tango.sft.verifier.start_from_generator
+    grpo = load_run_config(_load("smollm2_arith", "grpo"))
+    assert not grpo.verifier.enable and not grpo.sft.verifier.enable
+    assert grpo.schedule.count(Kind.GENERATOR) == tango.schedule.count(Kind.GENERATOR)
+    zero = load_run_config(_load("smollm2_arith", "zero_shot"))
+    assert zero.schedule.total_steps == 0 and zero.eval.before_train
+    assert not (zero.sft.generator.enable or zero.sft.verifier.enable)
 
 
 def _tiny():

@@ -20,7 +20,7 @@ from typing import Any
 from tango_jax.data import datasets, synthetic
 from tango_jax.data.datasets import Problem, PromptStream, StreamPosition
 from tango_jax.data.synthetic import ArithConfig, SyntheticStream
-from tango_jax.tango.templates import PromptStyle, render_generator_prompt
+from tango_jax.tango.templates import PromptStyle, chat_prompt, render_generator_prompt
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +51,11 @@ def load_prompts(
     max_prompt_len: int,
     position: StreamPosition | None,
     tokenizer: Callable[[], Any],
+    chat_template: bool = False,
 ) -> tuple[PromptStream | SyntheticStream, list[Problem]]:
     """(training stream at `position`, held-out problems). `tokenizer()` gives the generator's
-    tokenizer (only file data needs it, to measure prompts)."""
+    tokenizer (only file data needs it, to measure prompts; `chat_template`: measured as the
+    generator sees them, inside its chat template)."""
     if cfg.source is DataSource.SYNTHETIC:
         stream = SyntheticStream(cfg.arith, cfg.prompts_per_step, seed=cfg.seed, position=position)
         held_out = synthetic.held_out_problems(cfg.arith, cfg.eval_size, seed=cfg.seed)
@@ -65,18 +67,25 @@ def load_prompts(
         train = datasets.load_problems(cfg.train_path, fields)
     evals = datasets.load_problems(cfg.eval_path, fields)
     tok = tokenizer()
-    train = drop_overlong(train, "train", tok, max_prompt_len, cfg.prompt_style)
-    evals = drop_overlong(evals, "eval", tok, max_prompt_len, cfg.prompt_style)
+    train = drop_overlong(train, "train", tok, max_prompt_len, cfg.prompt_style, chat_template)
+    evals = drop_overlong(evals, "eval", tok, max_prompt_len, cfg.prompt_style, chat_template)
     stream = PromptStream(train, cfg.prompts_per_step, seed=cfg.seed, position=position)
     return stream, evals[: cfg.eval_size]
 
 
 def drop_overlong(
-    problems: Sequence[Problem], split: str, tokenizer: Any, limit: int, style: PromptStyle
+    problems: Sequence[Problem],
+    split: str,
+    tokenizer: Any,
+    limit: int,
+    style: PromptStyle,
+    chat_template: bool = False,
 ) -> list[Problem]:
-    """The problems whose generator prompt has at most `limit` tokens, in order; says how many
-    were dropped and fails if none is left."""
+    """The problems whose generator prompt (inside the chat template with `chat_template`) has
+    at most `limit` tokens, in order; says how many were dropped and fails if none is left."""
     texts = [render_generator_prompt(p.question, style=style) for p in problems]
+    if chat_template:
+        texts = [chat_prompt(t, tokenizer) for t in texts]
     lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
     kept = [p for p, n in zip(problems, lengths) if n <= limit]
     if len(kept) < len(problems):

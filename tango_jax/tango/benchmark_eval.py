@@ -93,7 +93,9 @@ def fits_prompt(generator: Role, problems: Sequence[Problem], style: templates.P
     the official loader drops overlong prompts (`filter_overlong_prompts`), evaluation sets
     included."""
     texts = [
-        templates.render_generator_prompt(p.question, evaluation=True, style=style)
+        generator.model_text(
+            templates.render_generator_prompt(p.question, evaluation=True, style=style)
+        )
         for p in problems
     ]
     lengths = [len(x) for x in generator.tokenizer(texts, add_special_tokens=False)["input_ids"]]

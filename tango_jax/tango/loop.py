@@ -88,6 +88,7 @@ class TangoLoop:
             max_prompt_len=self.cfg.generator.max_prompt_len,
             position=position,
             tokenizer=lambda: load_tokenizer(initial_path(self.cfg, Kind.GENERATOR, self.run_dir)),
+            chat_template=self.cfg.generator.chat_template,
         )
 
     def _build_roles(self) -> dict[Kind, Role]:

@@ -19,6 +19,7 @@ from tango_jax.rl.trainer import Trainer
 from tango_jax.rollout.base import Completion, Prompt, Sampler, SamplingParams
 from tango_jax.rollout.jax_sampler import JaxSampler
 from tango_jax.tango.schedule import Kind
+from tango_jax.tango.templates import chat_prompt
 
 if TYPE_CHECKING:
     from jax.sharding import Mesh  # passed through to the model, trainer and sampler
@@ -40,14 +41,21 @@ class Role:
         """ "generator" or "verifier": the prefix of its metrics and config fields."""
         return self.kind.value
 
+    def model_text(self, text: str) -> str:
+        """The prompt text as this role's model sees it: unchanged, or with `chat_template` on,
+        as the user turn of the tokenizer's chat template (special tokens as text)."""
+        return chat_prompt(text, self.tokenizer) if self.config.chat_template else text
+
     def encode(self, text: str, *, truncate: bool = False) -> Prompt:
-        """Plain text -> Prompt (no special tokens, no chat template, as the official code).
+        """Prompt text -> Prompt: the text as it is (no special tokens, as the official code),
+        or, with `chat_template` on, as the user turn of the tokenizer's chat template.
 
         `truncate`: right-truncate at `max_prompt_len`, as the official code does with verifier
         prompts (§3.1, §10.10). Otherwise a longer prompt is an error: generator prompts are
         filtered by length when the data loads (`filter_overlong_prompts`), so one that is
         still too long is a bug, not something to cut silently.
         """
+        text = self.model_text(text)
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         if len(ids) > self.config.max_prompt_len:
             if not truncate:

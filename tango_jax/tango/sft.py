@@ -5,7 +5,8 @@
 A role starts from its `model.path`, or from a preset written to `run_dir/initial/<role>`
 (the verifier from the generator's RL start with `sft.verifier.start_from_generator`);
 with `sft.<role>.enable`, SFT runs once (cross-entropy on the response tokens, and the EOS that
-ends them, of (prompt, response) text pairs, prompt as plain text) and writes
+ends them, of (prompt, response) text pairs, the prompt as plain text or, with the role's
+`chat_template`, as the user turn of the chat template, as RL will see it) and writes
 `run_dir/sft/<role>`, an ordinary HF checkpoint that RL starts from and both samplers load; a
 resumed run finds it and skips the stage. SFT metrics go to `run_dir/sft_logs/<role>`.
 """
@@ -135,6 +136,23 @@ def sft_records(path: str, role: Kind, style: templates.PromptStyle) -> list[tup
     return out
 
 
+def encode_examples(
+    examples: Sequence[tuple[str, str]], tokenizer, *, chat_template: bool
+) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, response ids + EOS) of each (prompt, response) pair: the prompt as the role
+    encodes it in RL (`Role.encode`: plain, or the user turn of the chat template), the
+    response as it would be sampled, ended by the EOS (a chat model's end-of-turn token)."""
+    eos = tokenizer.eos_token_id
+    wrap = (lambda p: templates.chat_prompt(p, tokenizer)) if chat_template else str
+    return [
+        (
+            tokenizer(wrap(p), add_special_tokens=False)["input_ids"],
+            tokenizer(r, add_special_tokens=False)["input_ids"] + [eos],
+        )
+        for p, r in examples
+    ]
+
+
 def run_sft(
     role: str,
     stage: SFTStage,
@@ -165,14 +183,7 @@ def run_sft(
         param_dtype=dtype_from_name(role_cfg.param_dtype),
     )
     trainer = Trainer(model, stage.trainer, mesh=mesh)  # cosine horizon: stage.steps (derived)
-    eos = tokenizer.eos_token_id
-    encoded = [
-        (
-            tokenizer(p, add_special_tokens=False)["input_ids"],
-            tokenizer(r, add_special_tokens=False)["input_ids"] + [eos],
-        )
-        for p, r in examples
-    ]
+    encoded = encode_examples(examples, tokenizer, chat_template=role_cfg.chat_template)
     rng = np.random.default_rng(seed)
     pad = tokenizer.pad_token_id or 0
     with Progress(f"sft {role}", total=stage.steps) as bar:

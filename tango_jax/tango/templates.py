@@ -1,7 +1,9 @@
 r"""The prompts of Tango's two models: templates and their rendering (TANGO_SPEC §4.1).
 
-Neither model sees a chat template: the prompts are plain text. The formats they ask for, and
-their parsers and format scores, are in `formats.py`.
+The prompts are plain text, as in the official code; a role with `chat_template` on (an
+instruction-tuned model such as SmolLM2-Instruct) gets each one as the user turn of its
+tokenizer's chat template instead (`chat_prompt`). The formats they ask for, and their parsers
+and format scores, are in `formats.py`.
 
 The prompts follow the structure of the official templates (`data_preprocess/system_prompt.py`)
 in our own words. One difference: the official templates are Python strings with `\\\\boxed`,
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import re
+from typing import Any
 
 from tango_jax.tango.formats import split_steps
 
@@ -168,3 +171,19 @@ def render_verifier_prompt(
     num_steps = str(len(split_steps(solution)))
     template = _TEMPLATES[PromptStyle(style)][1]
     return _fill(template, problem=problem, solution=solution, num_steps=num_steps)
+
+
+def chat_prompt(text: str, tokenizer: Any) -> str:
+    """`text` as the single user turn of `tokenizer`'s chat template, followed by the assistant
+    cue (`add_generation_prompt`), as a string whose special tokens the tokenizer parses back
+    (`tokenizer(chat_prompt(t, tok), add_special_tokens=False)` gives the ids of
+    `apply_chat_template(..., tokenize=True)`). The template's default system turn, if it has
+    one, stays: it is what the model was tuned with.
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(
+            f"chat_template=True, but the tokenizer of {tokenizer.name_or_path!r} has no chat "
+            "template; set the role's chat_template to False (plain-text prompts)."
+        )
+    messages = [{"role": "user", "content": text}]
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
