@@ -12,8 +12,9 @@ the user turn of its chat template (`chat_template`, templates.chat_prompt), wit
 Tango prompts: the model writes no <step>/<answer> format zero-shot (0% under either prompt,
 README), so each role first gets a short format SFT on the synthetic task's transcripts (the
 chat template around their prompts too, responses ending with <|im_end|>). Then verifier
-warm-up steps and [G, G, G, V] cycles, sized for ~35 minutes of this CPU (README gives the
-measured step times); greedy held-out evaluations before RL (= after SFT) and at the end.
+warm-up step and three generator steps, sized for ~35 minutes of a 2-core CPU of which the run
+gets about half (README "A real model on a CPU" gives the measured step times and results);
+greedy held-out evaluations before RL (= after SFT) and at the end.
 
 Variants: tango (default) | grpo (no verifier, rule reward; the same generator steps) |
 zero_shot (no SFT, no RL: the held-out evaluation of the instruct model as it is).
@@ -36,6 +37,7 @@ def get_config(variant: str = "tango"):
     c.scorer_workers = 1  # answers are short; a second process only competes for the 2 cores
     c.drift_all_batches = False  # no extra forward pass over untrained batches
     c.eval.every_generator_steps = 0  # before RL (after SFT) and at the end only
+    c.eval.after_verifier_warmup = False  # the generator has not changed then
     c.eval.process_bench_size = 16
     c.checkpoint.every_steps = 0  # the HF export at the end is what is kept
     # Generator: ~64-token solutions (digits are single tokens), compact prompt ~94 tokens in
