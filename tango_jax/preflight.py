@@ -32,6 +32,7 @@ from tango_jax.config import RunConfig, enabled_roles
 from tango_jax.config_types import ConfigError, config_dict, to_dict
 from tango_jax.data.prompts import DataSource
 from tango_jax.tango.schedule import Kind
+from tango_jax.tango.template_files import load_templates
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +139,7 @@ def check_paths(cfg: RunConfig) -> None:
     if cfg.data.source is not DataSource.SYNTHETIC:
         _check_data_file("data.train_path", cfg.data.train_path)
         _check_data_file("data.eval_path", cfg.data.eval_path)
+    load_templates(cfg.data.prompt_style, cfg.data.template_files)  # files exist and check out
 
 
 # --- the run directory -------------------------------------------------------------------------

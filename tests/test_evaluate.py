@@ -218,3 +218,40 @@ def test_result_log_refuses_a_foreign_file(tmp_path):
     path.write_text('not json\n{"id": "a"}\n')
     with pytest.raises(ValueError, match="x.jsonl:1: not a result record"):
         ResultLog(path)
+
+
+def test_the_users_templates_reach_the_benchmarks(run_dir, data_dir, tmp_path):
+    """data.template_files of the config: an OOD template far over the prompt budget leaves
+    every OOD problem out as overlong while the math benchmark keeps the built-in eval one;
+    the files and their hash are part of the evaluation's identity."""
+    ood = tmp_path / "ood.txt"
+    ood.write_text("Think hard. " * 2000 + "\nUser: {question}\nAssistant:")
+    config = tmp_path / "with_templates.py"
+    config.write_text(
+        "from tango_jax.config import sibling_config\n\n\ndef get_config():\n"
+        f"    c = sibling_config({str(CONFIGS / 'x.py')!r}, 'tiny_arith').get_config()\n"
+        f"    c.data.template_files.generator_ood = {str(ood)!r}\n"
+        "    return c\n"
+    )
+    out = tmp_path / "templated"
+    results = evaluate.main(
+        [
+            *("--generator", str(run_dir / "initial" / "generator"), "--out_dir", str(out)),
+            *("--config", str(config), "--max_tokens", "4", "--data_dir", str(data_dir)),
+            *("--benchmarks", "AIME2025,BGQA", "--process_bench", "none"),
+        ]
+    )
+    gen = results["generator"]
+    assert (gen["AIME2025"]["total"], gen["AIME2025"]["dropped_overlong"]) == (1, 0)
+    assert gen["BGQA"]["total"] == 0 and gen["BGQA"]["dropped_overlong"] >= 1
+    identity = json.loads((out / "evaluation.json").read_text())
+    assert identity["template_files"] == {"generator_ood": str(ood)}
+    ood.write_text("Changed: {question}")  # other templates: not the same evaluation
+    with pytest.raises(SystemExit, match="holds results of another evaluation.*template_sha256"):
+        evaluate.main(
+            [
+                *("--generator", str(run_dir / "initial" / "generator"), "--out_dir", str(out)),
+                *("--config", str(config), "--data_dir", str(data_dir), "--max_tokens", "4"),
+                *("--benchmarks", "BGQA", "--process_bench", "none"),
+            ]
+        )

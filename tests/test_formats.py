@@ -58,7 +58,7 @@ def test_generator_prompt_has_the_official_structure():
 
 def test_evaluation_prompt_only_drops_the_word_mathematical():
     train = T.render_generator_prompt("Q")
-    evaluation = T.render_generator_prompt("Q", evaluation=True)
+    evaluation = T.render_generator_prompt("Q", variant=T.Variant.EVAL)
     assert train.count("mathematical ") == 1
     assert "mathematical" not in evaluation
     assert evaluation == train.replace("mathematical ", "")

@@ -168,7 +168,7 @@ class TangoLoop:
             ctx.scorer,
             timeout_s=self.cfg.scorer_timeout_s,
             timer=self.eval_timer,
-            style=self.cfg.data.prompt_style,
+            style=self.cfg.data.templates,
             format_weight=self.cfg.algorithm.verifier_format_weight,
             sampled_seed=self.cfg.seed if self.cfg.eval.sampled else None,
             sampled_n=self.cfg.eval.sampled_n,

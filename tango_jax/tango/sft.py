@@ -92,7 +92,7 @@ def rl_start_path(cfg: RunConfig, role: Kind, run_dir: Path, *, mesh: Mesh) -> P
 
 def sft_examples(cfg: RunConfig, role: Kind) -> list[tuple[str, str]]:
     """The role's (prompt, response) SFT pairs: sft.<role>.data_path, or the synthetic task's."""
-    stage, name, style = cfg.sft.stage(role), role.value, cfg.data.prompt_style
+    stage, name, style = cfg.sft.stage(role), role.value, cfg.data.templates
     if stage.data_path:
         return sft_records(stage.data_path, role, style)
     if cfg.data.source is not DataSource.SYNTHETIC:
@@ -110,7 +110,7 @@ def sft_examples(cfg: RunConfig, role: Kind) -> list[tuple[str, str]]:
     return [(e.prompt, e.response) for e in examples]
 
 
-def sft_records(path: str, role: Kind, style: templates.PromptStyle) -> list[tuple[str, str]]:
+def sft_records(path: str, role: Kind, style: templates.Templates) -> list[tuple[str, str]]:
     """(prompt, response) pairs from a JSONL file (see `SFTStage.data_path`)."""
     file, name = Path(path), role.value
     if not file.is_file():
