@@ -34,6 +34,7 @@ from tango_jax.rl.train_step import Objective
 from tango_jax.rl.trainer import Trainer
 from tango_jax.tango import templates
 from tango_jax.tango.schedule import Kind
+from tango_jax.tracking import wandb_sink
 
 if TYPE_CHECKING:
     from jax.sharding import Mesh
@@ -74,6 +75,7 @@ def rl_start_path(cfg: RunConfig, role: Kind, run_dir: Path, *, mesh: Mesh) -> P
         logs,
         tensorboard=cfg.tensorboard,
         resume_step=0 if (logs / "metrics.jsonl").exists() else None,
+        wandb=wandb_sink(cfg, logs, job_type=f"sft_{name}"),
     )
 
     def log_step(step, values):
