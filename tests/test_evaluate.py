@@ -11,7 +11,7 @@ import jax
 import pytest
 from benchmark_fixtures import PROCESS_BENCH, TABLEBENCH, write_all
 
-from tango_jax import evaluate
+from tango_jax import analysis, evaluate
 from tango_jax.checkpoint import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer
 from tango_jax.config import load_run_config, sibling_config
 from tango_jax.config_types import to_dict
@@ -106,6 +106,19 @@ def test_run_dir_writes_both_tables_and_per_problem_records(evaluated, run_dir):
         assert results["verifier"][split]["num_correct"] == sum(r["label"] == -1 for r in rows)
     saved = json.loads((out / "results.json").read_text())
     assert saved["verifier"]["avg_f1"] == results["verifier"]["avg_f1"]
+
+
+def test_the_analysis_notebook_reads_the_evaluation(evaluated, run_dir):
+    """tango_jax.analysis (the notebook's tables) on what the evaluation wrote: the same
+    numbers as table1.md and table3.md, and every per-problem record."""
+    out, results = evaluated
+    evals = analysis.load_evaluations(analysis.find_evaluations({"tiny": run_dir}))
+    ev = evals[f"tiny step_{STEP}"]
+    assert ev["generator"]["math_avg"] == results["generator"]["math_avg"]
+    assert len(ev["records"]["generator"]["BGQA"]) == results["generator"]["BGQA"]["total"]
+    for ours, theirs in ((analysis.table1, "table1.md"), (analysis.table3, "table3.md")):
+        row = next(r for r in ours(evals).splitlines() if r.startswith(f"| tiny step_{STEP} |"))
+        assert row.split("|")[2:] == (out / theirs).read_text().splitlines()[2].split("|")[2:]
 
 
 def test_resume_skips_finished_problems_and_drops_a_cut_line(evaluated, run_dir, data_dir):
