@@ -80,6 +80,9 @@ def _key(item) -> str:
 
 
 def _history(run_dir: Path) -> tuple[list[dict], list]:
+    import wandb
+
+    wandb.teardown()  # finish() returns before W&B's service has written the file; this waits
     (file,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
     records = _records(file)
     rows = [
@@ -124,7 +127,7 @@ def test_offline_run_receives_every_step(tmp_path, monkeypatch):
 
 
 def test_a_resumed_run_continues_the_same_wandb_run(tmp_path, monkeypatch):
-    pytest.importorskip("wandb")
+    wandb = pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_SILENT", "true")
     cfg = _config(tmp_path, enable=True, mode="offline")
     with MetricsWriter(tmp_path, tensorboard=False, wandb=tracking.wandb_sink(cfg, tmp_path)) as w:
@@ -134,6 +137,7 @@ def test_a_resumed_run_continues_the_same_wandb_run(tmp_path, monkeypatch):
     with MetricsWriter(tmp_path, tensorboard=False, resume_step=1, wandb=sink) as w:
         w.write(2, ROWS[1][1])
     assert sink.run_id == first.strip()
+    wandb.teardown()  # the file written (see _history)
     files = sorted(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))  # one per attempt
     runs = [r.run for f in files for r in _records(f) if r.WhichOneof("record_type") == "run"]
     assert runs and {r.run_id for r in runs} == {first.strip()}
