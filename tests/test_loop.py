@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -164,6 +165,54 @@ def test_resume_reproduces_the_uninterrupted_run(jax_run, tmp_path):
     shutil.rmtree(copy / "hf")
     cfg = _short_config(copy)
     _loop(cfg).run()
+    a, b = read_metrics(run_dir), read_metrics(copy)
+    assert [r["step"] for r in b] == [0, 1, 2, 3, 4, 5]
+    assert _comparable(b[3:]) == _comparable(a[3:])
+    for role in ("generator", "verifier"):
+        wa, wb = _weights(run_dir / "hf" / role), _weights(copy / "hf" / role)
+        for k in wa:
+            np.testing.assert_array_equal(wa[k], wb[k], err_msg=f"{role} {k}")
+
+
+_CHILD_RUN = """
+import sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import conftest  # the session's 8 simulated devices and matmul precision
+import test_loop
+test_loop._loop(test_loop._short_config(Path(sys.argv[2]))).run()
+"""
+
+
+def test_kill_9_during_a_checkpoint_save_then_resume_reproduces_the_run(jax_run, tmp_path):
+    """The run (resumed from step 2 in a child process) is killed with SIGKILL the moment its
+    step-4 checkpoint starts to appear on disk, i.e. during the save; resuming the same run
+    directory must write the uninterrupted run's metrics for steps 3-5 and its final weights."""
+    run_dir, _ = jax_run
+    copy = tmp_path / "k"
+    shutil.copytree(run_dir, copy)
+    for name in ("4", "5"):
+        shutil.rmtree(copy / "checkpoints" / name)
+    shutil.rmtree(copy / "hf")
+    tests = Path(__file__).resolve().parent
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD_RUN, str(tests), str(copy)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    seen: list[str] = []
+    try:
+        while child.poll() is None and not seen:
+            seen = [p.name for p in (copy / "checkpoints").iterdir() if p.name != "2"]
+            time.sleep(0.005)
+    finally:
+        child.kill()  # SIGKILL
+        _, err = child.communicate(timeout=60)
+    assert seen, f"the child ended before saving step 4 (rc {child.returncode}): {err[-3000:]}"
+    assert child.returncode == -signal.SIGKILL
+    assert any("tmp" in name for name in seen), seen  # killed mid-save, before the rename
+    _loop(_short_config(copy)).run()
     a, b = read_metrics(run_dir), read_metrics(copy)
     assert [r["step"] for r in b] == [0, 1, 2, 3, 4, 5]
     assert _comparable(b[3:]) == _comparable(a[3:])
