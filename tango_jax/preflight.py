@@ -123,9 +123,17 @@ def _check_data_file(field: str, pattern: str) -> None:
 def check_paths(cfg: RunConfig) -> None:
     """Every path the run will read, for every role it loads and every stage it runs."""
     for kind in enabled_roles(cfg):
-        unread = kind is Kind.VERIFIER and cfg.sft.verifier.start_from_generator
-        if cfg.role(kind).model.path and not unread:  # (that verifier starts from the generator)
-            check_model_dir(f"{kind.value}.model.path", cfg.role(kind).model.path)
+        path = cfg.role(kind).model.path
+        if path and kind is Kind.VERIFIER and cfg.sft.verifier.start_from_generator:
+            _fail(
+                "verifier.model.path",
+                path,
+                "would not be read: sft.verifier.start_from_generator=True starts the verifier "
+                "from the generator's SFT; set sft.verifier.start_from_generator=False to start "
+                "it from this path, or leave verifier.model.path empty.",
+            )
+        if path:
+            check_model_dir(f"{kind.value}.model.path", path)
         stage = cfg.sft.stage(kind)
         if stage.enable:
             if stage.data_path:
