@@ -80,9 +80,7 @@ def test_overlong_filter_counts_the_template(smol_tokenizer):
     """A generator prompt that fits plain but not inside the chat template is dropped when the
     data loads (with chat_template), so Role.encode never meets an overlong one."""
     style = templates.PromptStyle.COMPACT
-    problems = [
-        Problem(f"What is {i} + {i}?", str(2 * i), "test", str(i)) for i in (1, 2)
-    ]
+    problems = [Problem(f"What is {i} + {i}?", str(2 * i), "test", str(i)) for i in (1, 2)]
     plain_len = len(
         smol_tokenizer(
             templates.render_generator_prompt(problems[0].question, style=style),

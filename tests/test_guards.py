@@ -135,12 +135,18 @@ def test_a_model_directory_without_its_content_is_refused(model_dir, tmp_path, c
     assert not (tmp_path / "run").exists()
 
 
-def test_a_model_path_the_run_does_not_read_is_not_checked(tmp_path):
-    """A verifier that starts from the generator never reads its own model.path."""
+def test_a_model_path_the_run_would_not_read_is_refused(tmp_path):
+    """A verifier that starts from the generator never reads its own model.path: a path set
+    there is a user's mistake (it would be silently ignored), so it is refused by name."""
     unread = {"verifier.model.path": str(tmp_path / "none"), "verifier.model.preset": ""}
-    preflight.check(
-        _tiny(tmp_path / "run", **unread, **{"sft.verifier.start_from_generator": True})
-    )
+    with pytest.raises(
+        ConfigError,
+        match=r"config.verifier.model.path .* would not be read: "
+        r"sft.verifier.start_from_generator=True",
+    ):
+        preflight.check(
+            _tiny(tmp_path / "run", **unread, **{"sft.verifier.start_from_generator": True})
+        )
     with pytest.raises(ConfigError, match="config.verifier.model.path .* does not exist"):
         preflight.check(
             _tiny(tmp_path / "run", **unread, **{"sft.verifier.start_from_generator": False})

