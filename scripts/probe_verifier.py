@@ -4,9 +4,9 @@
     python scripts/probe_verifier.py runs/tiny_arith/hf/verifier --items 256
 
 On miniature-ProcessBench solutions (half correct, half with one slip at a known step), the
-verifier is fed the ideal transcript (each step recomputed, as the RECOMPUTE SFT analyses do;
-every earlier judgment CORRECT) with PyTorch/transformers, independently of tango_jax's model
-code, and the script reports:
+verifier is fed the ideal transcript (every earlier judgment CORRECT; the step analyses of
+`--analysis`, by default each step recomputed as RECOMPUTE does) with PyTorch/transformers,
+independently of tango_jax's model code, and the script reports:
 
 1. P(INCORRECT) at each step judgment, split by the step's role: the slip itself, steps before
    it, steps after it, steps of correct solutions. A verifier that checks steps has a high value
@@ -76,11 +76,17 @@ def main() -> None:
     p.add_argument("checkpoint", help="an HF checkpoint directory of a verifier")
     p.add_argument("--items", type=int, default=128, help="ProcessBench items per seed (2 seeds)")
     p.add_argument("--style", default="compact", help="the verifier prompt style of the run")
+    p.add_argument(
+        "--analysis",
+        default="recompute",
+        choices=[a.value for a in synthetic.VerifierAnalysis],
+        help="the ideal transcript's step analyses (the run's data.arith.verifier_sft_analysis)",
+    )
     args = p.parse_args()
 
     tok = AutoTokenizer.from_pretrained(args.checkpoint)
     model = AutoModelForCausalLM.from_pretrained(args.checkpoint, dtype=torch.float32).eval()
-    config = synthetic.ArithConfig(verifier_sft_analysis=synthetic.VerifierAnalysis.RECOMPUTE)
+    config = synthetic.ArithConfig(verifier_sft_analysis=synthetic.VerifierAnalysis(args.analysis))
     brace = tok.convert_tokens_to_ids("{")
     correct_id, incorrect_id = (tok.convert_tokens_to_ids(w) for w in ("CORRECT", "INCORRECT"))
     if tok.unk_token_id in (brace, correct_id, incorrect_id) or correct_id == incorrect_id:

@@ -64,6 +64,11 @@ class AlgorithmConfig:
     generator_format_weight: float = 0.0  # official 0.0: format only via SFT
     verifier_format_weight: float = 0.8  # γ in r_v = 1[verdict correct] + γ·format
     verifications_per_response: int = 1  # verifier samples per generator rollout in G steps
+    # Miniature option (off in the paper): the verifier's verdict is rewarded only when its step
+    # judgments agree with it (an INCORRECT step exactly when the verdict is INCORRECT), so the
+    # outcome reward reaches the step judgments of a verifier that does not couple them itself
+    # (docs/miniature.md). Still outcome-level: no step labels.
+    verifier_consistent_verdict: bool = False
     class_reweight: ReweightMethod | None = ReweightMethod.SQRT_INVERSE  # | inverse | None
     class_ema_decay: float = 0.8
 

@@ -184,3 +184,26 @@ def test_verifier_reward_end_to_end_and_bad_format_score():
     assert R.verifier_reward(v, solution_correct=False, format_score=fmt) == 1.8
     with pytest.raises(ValueError, match="format_score"):
         R.verifier_reward(v, solution_correct=False, format_score=1.5)
+
+
+@pytest.mark.parametrize(
+    "judgments, verdict, correct, expected",
+    [
+        ((1, -1, 1), F.INCORRECT, False, 1.8),  # right and consistent
+        ((1, 1, 1), F.INCORRECT, False, 0.8),  # right verdict, no INCORRECT step: no credit
+        ((1, 1, 1), F.CORRECT, True, 1.8),
+        ((1, -1, 1), F.CORRECT, True, 0.8),  # right verdict, an INCORRECT step: no credit
+        ((1, -1, 1), F.CORRECT, False, 0.8),  # wrong verdict stays wrong
+        ((), F.CORRECT, True, 0.8),  # no judgments never agree
+        ((-1,), None, False, 0.0),  # unparsable verdict: 0 as before
+    ],
+)
+def test_consistent_verdict_reward_by_hand(judgments, verdict, correct, expected):
+    v = F.Verification(judgments, verdict, len(judgments))
+    reward = R.verifier_reward(
+        v, solution_correct=correct, format_score=1.0, consistent_verdict=True
+    )
+    assert reward == pytest.approx(expected, abs=1e-12)
+    # the paper's reward ignores the step judgments
+    plain = R.verifier_reward(v, solution_correct=correct, format_score=1.0)
+    assert plain == pytest.approx(0.0 if verdict is None else 0.8 + (verdict == int(correct)))

@@ -370,9 +370,33 @@ def test_random_step_transcripts_carry_no_location():
         (S.VerifierAnalysis.GENERIC, "Step 2 Analysis: check the arithmetic."),
         (S.VerifierAnalysis.RECOMPUTE, "Step 2 Analysis: 12 * 3 = 36."),
         (S.VerifierAnalysis.COMPARE, "Step 2 Analysis: written 35, computed 12 * 3 = 36."),
+        (S.VerifierAnalysis.RESTATE, "Step 2 Analysis: 12 * 3 = 35."),
     ],
 )
 def test_verifier_analyses(kind, expected):
     solution = S.ArithSolution(PROBLEM, (12, 35, 31), first_error=1)
     config = dataclasses.replace(CONFIG, verifier_sft_analysis=kind)
     assert expected in L.verification_transcript(solution, config)
+
+
+def test_fact_checks_in_the_verifier_sft_are_true_statements_about_other_equations():
+    """verifier_sft_facts: that share of the examples become one-equation checks whose label is
+    the equation's arithmetic truth (half false); the rest are the usual outcome-only
+    transcripts, and no fact equation is read off a verified solution's steps."""
+    config = dataclasses.replace(CONFIG, verifier_sft_facts=0.3)
+    examples = L.verifier_sft_examples(config, 600, seed=4)
+    facts = [e for e in examples if e.prompt.startswith("Is this equation right?")]
+    assert abs(len(facts) / len(examples) - 0.3) < 0.06  # binomial sd 0.019
+    truths = []
+    for e in facts:
+        a, symbol, o, v = S.STEP.fullmatch(e.prompt.splitlines()[1]).groups()
+        true = S.apply_op(S.OP_OF_SYMBOL[symbol], int(a), int(o)) == int(v)
+        assert e.response == ("\\boxed{CORRECT}" if true else "\\boxed{INCORRECT}")
+        assert e.correct is true
+        truths.append(true)
+    assert 0.4 < sum(truths) / len(truths) < 0.6
+    transcripts = [e for e in examples if e not in facts]
+    assert all(F.parse_verification(e.response).verdict is not None for e in transcripts)
+    # the transcripts are those of the fact-free set at the same indices
+    plain = L.verifier_sft_examples(CONFIG, 600, seed=4)
+    assert all(e in plain for e in transcripts)

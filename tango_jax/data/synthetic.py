@@ -61,6 +61,9 @@ class VerifierAnalysis(enum.Enum):
     # "Step k Analysis: written 37, computed 12 * 3 = 36": the step's result as written, then
     # the operation recomputed (the two numbers a careful checker puts side by side)
     COMPARE = "compare"
+    # "Step k Analysis: 12 * 3 = 37": the step restated as written (with `verifier_sft_facts`,
+    # the judgment after it can reuse a learned "this equation is false" feature)
+    RESTATE = "restate"
 
 
 class Op(enum.Enum):
@@ -112,6 +115,12 @@ class ArithConfig:
     # Verifier SFT transcripts (both carry the outcome label only; see synthetic_labels.py).
     verifier_sft_labels: VerifierLabels = VerifierLabels.ALL_STEPS
     verifier_sft_analysis: VerifierAnalysis = VerifierAnalysis.GENERIC
+    # Verifier SFT: share of examples replaced by arithmetic-fact checks ("Is this equation
+    # right?" on one equation, answered \boxed{CORRECT} or \boxed{INCORRECT}, half of them
+    # false by a slip offset). The equations are single steps of other training problems, never
+    # the steps of a verified solution: arithmetic knowledge (what a pretrained verifier brings),
+    # not step labels of the transcripts (docs/miniature.md).
+    verifier_sft_facts: float = 0.0
 
     def __post_init__(self):
         checks = [
@@ -124,6 +133,7 @@ class ArithConfig:
             (0.0 < self.eval_fraction < 1.0, "0 < eval_fraction < 1"),
             (0.0 <= self.slip_fraction <= 1.0, "0 <= slip_fraction <= 1"),
             (0.0 <= self.verifier_correct_fraction <= 1.0, "0 <= verifier_correct_fraction <= 1"),
+            (0.0 <= self.verifier_sft_facts <= 1.0, "0 <= verifier_sft_facts <= 1"),
         ]
         for ok, rule in checks:
             if not ok:

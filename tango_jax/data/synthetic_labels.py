@@ -30,6 +30,7 @@ import re
 from collections.abc import Sequence
 
 from tango_jax.data.synthetic import (
+    _SLIP_OFFSETS,
     MAX_ATTEMPTS,
     OP_OF_SYMBOL,
     STEP,
@@ -74,6 +75,8 @@ def _analysis(step: str, kind: VerifierAnalysis) -> str:
     recomputed = f"{a} {symbol} {o} = {apply_op(OP_OF_SYMBOL[symbol], a, o)}"
     if kind is VerifierAnalysis.COMPARE:
         return f"written {m.group(4)}, computed {recomputed}"
+    if kind is VerifierAnalysis.RESTATE:
+        return step.strip()
     return recomputed
 
 
@@ -142,6 +145,11 @@ def verifier_sft_examples(
     `style`: the prompt template, the one the RL prompts use."""
     out = []
     for i in range(n):
+        if config.verifier_sft_facts and Draws("sft-verifier-fact", seed, i).chance(
+            config.verifier_sft_facts
+        ):
+            out.append(fact_example(config, i, seed=seed))
+            continue
         problem = problem_at(config, i, seed=seed, purpose="sft-verifier")
         correct = Draws("sft-verifier-slip", seed, i).chance(config.verifier_correct_fraction)
         solution = reference_solution(problem) if correct else slipped_solution(problem, seed=seed)
@@ -149,6 +157,27 @@ def verifier_sft_examples(
         transcript = verification_transcript(solution, config, seed=seed)
         out.append(SFTExample(prompt, transcript, correct, problem.id))
     return out
+
+
+FACT_PROMPT = "Is this equation right?\n{equation}\n"
+
+
+def fact_example(config: ArithConfig, i: int, *, seed: int) -> SFTExample:
+    """Arithmetic-fact check `i`: one step "a op o = v" of a training problem (stream
+    "sft-facts", not a verified solution), right or (half the time) off by a slip offset, and
+    its truth as the verifier's label token."""
+    problem = problem_at(config, i, seed=seed, purpose="sft-facts")
+    draws = Draws("sft-fact", seed, i)
+    step = draws.below(len(problem.ops))
+    right = reference_solution(problem).steps[step]
+    a_op_o, value = right.rsplit(" = ", 1)
+    wrong = [int(value) + d for d in _SLIP_OFFSETS if int(value) + d >= 0]
+    true = draws.chance(0.5)
+    equation = right if true else f"{a_op_o} = {draws.choice(wrong)}"
+    label = "CORRECT" if true else "INCORRECT"
+    return SFTExample(
+        FACT_PROMPT.format(equation=equation), f"\\boxed{{{label}}}", true, problem.id
+    )
 
 
 # --------------------------------------------------------------------------------------------

@@ -104,9 +104,11 @@ def judge(
     seed: int | None,
     greedy: bool = False,
     format_weight: float = 0.8,
+    consistent_verdict: bool = False,
 ) -> list[list[Judgment]]:
     """`n` verifications of each solution (prompts from `verifier_prompts`) by the current
-    verifier; result[i][j] is sample j of solution i."""
+    verifier; result[i][j] is sample j of solution i. `consistent_verdict`: see
+    `rewards.verifier_reward`."""
     params = verifier.eval_params() if greedy else verifier.train_params(seed, n=n)
     outputs = verifier.generate(prompts, params)
     judged = []
@@ -118,7 +120,11 @@ def judge(
                 c.text, expected_steps=len(sol.steps), generator_format_score=sol.format_score
             )
             r = rewards.verifier_reward(
-                v, solution_correct=sol.correct, format_score=fmt, format_weight=format_weight
+                v,
+                solution_correct=sol.correct,
+                format_score=fmt,
+                format_weight=format_weight,
+                consistent_verdict=consistent_verdict,
             )
             row.append(Judgment(c, v, fmt, r))
         judged.append(row)

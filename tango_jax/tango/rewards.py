@@ -55,6 +55,7 @@ __all__ = [
     "verifier_reward",
 ]
 
+INCORRECT_STEP = -1  # a step judgment of INCORRECT (formats.Verification)
 VERIFIER_FORMAT_WEIGHT = 0.8  # γ in r_v = 1[verdict == gold] + γ · format
 
 
@@ -81,12 +82,17 @@ def verifier_reward(
     solution_correct: bool,
     format_score: float,
     format_weight: float = VERIFIER_FORMAT_WEIGHT,
+    consistent_verdict: bool = False,
 ) -> float:
     """r_v = 1[verdict == solution_correct] + format_weight · format_score, in [0, 1.8]; exactly
     0 when the verdict is unparsable (then the format score does not count either).
 
     solution_correct: the rule-based outcome of the verified solution (r_out > 0.5).
     format_score: `formats.verifier_format_score` of the verifier output, in [0, 1].
+    consistent_verdict: the verdict term counts only when the step judgments agree with the
+        verdict (some step INCORRECT exactly when the verdict is INCORRECT; no judgments never
+        agree). Still an outcome-level reward (no step labels); off in the paper, whose
+        verifiers are consistent by themselves (`AlgorithmConfig.verifier_consistent_verdict`).
     """
     if not 0.0 <= format_score <= 1.0:
         raise ValueError(
@@ -94,7 +100,11 @@ def verifier_reward(
         )
     if verification.verdict is None:
         return 0.0
-    return float(verification.verdict == int(solution_correct)) + format_weight * format_score
+    right = verification.verdict == int(solution_correct)
+    if consistent_verdict:
+        judged = verification.step_judgments
+        right = right and bool(judged) and (INCORRECT_STEP in judged) == (verification.verdict == 0)
+    return float(right) + format_weight * format_score
 
 
 # --------------------------------------------------------------------------------------------

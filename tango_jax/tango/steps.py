@@ -123,6 +123,7 @@ def _judge(
             n=n,
             seed=step_seed(cfg.seed, global_step, purpose),
             format_weight=cfg.algorithm.verifier_format_weight,
+            consistent_verdict=cfg.algorithm.verifier_consistent_verdict,
         )
         rec.tokens += _generated_tokens(j.completion for row in judged for j in row)
     return ver_prompts, judged
