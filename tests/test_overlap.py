@@ -5,6 +5,7 @@ to the default run, and a failed background collection that loses nothing."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import shutil
 from pathlib import Path
@@ -17,6 +18,7 @@ from tango_jax.config import load_run_config, sibling_config
 from tango_jax.config_types import ConfigError
 from tango_jax.metrics import read_metrics
 from tango_jax.parallel.mesh import make_mesh
+from tango_jax.rl.train_step import Objective
 from tango_jax.rl.trainer import Trainer
 from tango_jax.tango.loop import TangoLoop
 from tango_jax.tango.overlap import Prefetch
@@ -51,6 +53,7 @@ def _config(
         role.sampler.backend = backend
         role.trainer.optimizer.learning_rate = 1e-3
         role.trainer.loss.tis_cap = tis_cap
+        role.trainer.loss.kl_coef = 0.0  # no reference model to build (not what is tested)
     c.data.prompts_per_step = 2
     c.data.eval_size = 4
     c.schedule.total_steps = total_steps
@@ -88,16 +91,32 @@ def _run(cfg) -> list[dict]:
     return read_metrics(Path(cfg.run_dir))
 
 
+LAGGED_CALL = 3  # the third RL update: step 3, the generator's batch from one update ago
+
+
 @pytest.fixture(scope="module")
 def overlap_run(tmp_path_factory):
-    """5 steps, checkpoints at 3 and 5; every trainer update recorded (the real step runs)."""
-    calls = []
+    """5 steps, checkpoints at 3 and 5. Every RL update is recorded (the real step runs), and
+    before the lagged one the trainer's real loss is also evaluated on that batch with random
+    advantages and with none: the difference is the PG term alone (the run's own advantages
+    can all be 0, a tiny model's groups often scoring alike; the entropy bonus still moves the
+    weights)."""
+    calls, probe = [], {}
     original = Trainer.step
+    rng = np.random.default_rng(0)
 
     def recording_step(self, batch):
-        metrics, logp = original(self, batch)
-        calls.append((batch, logp, metrics))
-        return metrics, logp
+        if self.config.loss.objective is Objective.POLICY_GRADIENT:
+            if len(calls) + 1 == LAGGED_CALL:
+                adv = rng.normal(size=batch.advantages.shape).astype(np.float32)
+                probed = dataclasses.replace(batch, advantages=adv)
+                zero = dataclasses.replace(batch, advantages=np.zeros_like(adv))
+                probe["batch"] = probed
+                probe["pg"] = self.loss_and_grads(probed)[0] - self.loss_and_grads(zero)[0]
+            metrics, logp = original(self, batch)
+            calls.append((batch, logp, metrics))
+            return metrics, logp
+        return original(self, batch)
 
     Trainer.step = recording_step
     try:
@@ -105,7 +124,7 @@ def overlap_run(tmp_path_factory):
         rows = _run(_config(run_dir))
     finally:
         Trainer.step = original
-    return run_dir, rows, calls
+    return run_dir, rows, calls, probe
 
 
 def test_the_option_is_off_by_default_and_needs_an_importance_correction(tmp_path):
@@ -120,7 +139,7 @@ def test_lag_and_prefetch_are_logged_per_batch(overlap_run):
     (feedback one verifier update old), step 3 during step 2's (the generator's own samples
     one update old), step 4 after the checkpoint's drain, step 5 during step 4's (the
     verifier current, judging generator solutions one update old)."""
-    _, rows, _ = overlap_run
+    _, rows, _, _ = overlap_run
     by_step = {r["step"]: r for r in rows}
     assert sorted(by_step) == [1, 2, 3, 4, 5]
     assert [by_step[s]["rollout/prefetched"] for s in range(1, 6)] == [0, 1, 1, 0, 1]
@@ -157,36 +176,37 @@ def _tis_loss(batch, logp, cap):
     min(exp(log p_trainer - log q_sampler), cap)."""
     mask = batch.response_mask > 0
     w = np.minimum(np.exp(logp.astype(np.float64) - batch.sampler_logprobs), cap)
-    per_token = -batch.advantages[:, None] * batch.sample_weights[:, None] * w
+    adv = batch.advantages if batch.advantages.ndim == 2 else batch.advantages[:, None]
+    per_token = -adv * batch.sample_weights[:, None] * w
     return per_token[mask].sum() / mask.sum(), w[mask]
 
 
 def test_the_lagged_batch_is_importance_corrected(overlap_run):
-    """The generator's lag-1 batch (step 3, its second update): the logged PG loss is NumPy's
-    truncated-importance-weighted loss of the recorded batch and trainer log-probs; the
-    weights are far from 1 and some are truncated at the cap, so an uncorrected loss would
-    not match."""
-    _, rows, calls = overlap_run
-    assert len(calls) == 5  # one update per step, in order: V, G, G, G, V
-    batch, logp, metrics = calls[2]
-    assert rows[2]["generator/policy_lag"] == 1
-    expected, w = _tis_loss(batch, logp, TIS_CAP)
-    np.testing.assert_allclose(metrics["loss/pg"], expected, rtol=1e-5, atol=1e-7)
+    """The generator's lag-1 batch (step 3): the PG term of the trainer's loss on it (random
+    advantages; the same parameters, sampler log-probs and mask) is NumPy's loss weighted by
+    the truncated importance weights from the trainer's log-probs that the step returned. The
+    weights are far from 1 and some are truncated at the cap, so an uncorrected loss would not
+    match. The step's own logged PG loss matches too; a current batch's weights are 1."""
+    _, rows, calls, probe = overlap_run
+    assert len(calls) == 5  # one RL update per step: V, G, G, G, V
+    assert rows[LAGGED_CALL - 1]["generator/policy_lag"] == 1
+    batch, logp, metrics = calls[LAGGED_CALL - 1]
+    expected, w = _tis_loss(probe["batch"], logp, TIS_CAP)
+    np.testing.assert_allclose(probe["pg"], expected, rtol=1e-4, atol=1e-6)
     assert np.abs(w - 1).max() > 1e-2 and (w == TIS_CAP).any() and (w < TIS_CAP).any()
-    uncorrected, _ = _tis_loss(batch, logp, np.inf)
-    assert abs(uncorrected - expected) > 1e-3 * max(abs(expected), 1e-3)
-    # a current batch (step 4): its weights are 1 up to float noise
-    batch4, logp4, metrics4 = calls[3]
-    expected4, w4 = _tis_loss(batch4, logp4, TIS_CAP)
-    np.testing.assert_allclose(w4, 1.0, atol=2e-3)
-    np.testing.assert_allclose(metrics4["loss/pg"], expected4, rtol=1e-5, atol=1e-7)
+    uncorrected, _ = _tis_loss(probe["batch"], logp, np.inf)
+    assert abs(uncorrected - expected) > 1e-2 * abs(expected)
+    np.testing.assert_allclose(metrics["loss/pg"], _tis_loss(batch, logp, TIS_CAP)[0], atol=1e-6)
+    batch4, logp4, _ = calls[LAGGED_CALL]  # step 4, collected after the drain: current
+    assert rows[LAGGED_CALL]["generator/policy_lag"] == 0
+    np.testing.assert_allclose(_tis_loss(batch4, logp4, TIS_CAP)[1], 1.0, atol=2e-3)
 
 
 def test_resume_with_a_rollout_in_flight_reproduces_the_run(overlap_run, tmp_path):
     """A crash after step 3's checkpoint (e.g. during step 4's update, step 5's rollouts in
     flight): the resumed run writes the same metrics for steps 4-5, step 5 prefetched again,
     and ends with the same weights."""
-    run_dir, rows, _ = overlap_run
+    run_dir, rows, _, _ = overlap_run
     copy = tmp_path / "b"
     shutil.copytree(run_dir, copy)
     shutil.rmtree(copy / "checkpoints" / "5")
