@@ -41,7 +41,9 @@ def corpus(num_examples: int, config: synthetic.ArithConfig) -> Iterator[str]:
         problem = synthetic.problem_at(config, i, seed=SEED, purpose="tokenizer")
         for style in templates.PromptStyle:
             yield templates.render_generator_prompt(problem.question, style=style)
-            yield templates.render_generator_prompt(problem.question, evaluation=True, style=style)
+            yield templates.render_generator_prompt(
+                problem.question, variant=templates.Variant.EVAL, style=style
+            )
         slipped = synthetic.slipped_solution(problem, seed=SEED)
         for solution in (synthetic.reference_solution(problem), slipped):
             yield solution.text

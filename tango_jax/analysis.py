@@ -4,6 +4,11 @@
     plot_curves(runs, ["generator/accuracy", "eval/generator/accuracy"])
     eval_table(runs)        # {run: {metric: (first value, last value)}}
 
+    evals = load_evaluations(find_evaluations({"tango": "runs/tiny_arith"}))
+    print(table1(evals))    # `python -m tango_jax.evaluate` outputs: one row per evaluation
+    print(table3(evals))
+    generator_diagnostics(evals)   # format, length, truncation per benchmark
+
 A run is its `metrics.jsonl` as columns (`tango_jax.metrics.metric_columns`): "step" plus one
 float array per metric, NaN where a step did not log it (evaluation metrics appear only on
 evaluation steps; generator metrics only on generator steps).
@@ -11,13 +16,18 @@ evaluation steps; generator metrics only on generator steps).
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from tango_jax.metrics import metric_columns, read_metrics
+from tango_jax.tango import eval_report as R
 
 Run = dict[str, np.ndarray]
 
@@ -150,3 +160,151 @@ def before_after_lines(run: Run) -> list[str]:
                 f" {values[-1] - values[0]:+.3f}"
             )
     return lines
+
+
+# --- evaluation outputs (`python -m tango_jax.evaluate`) -------------------------------------
+#
+# An evaluation's out_dir (default run_dir/eval/<step>) holds results.json ({"generator":
+# {"model", <benchmark>: {"accuracy", "correct", "total", ...}, "math_avg", "ood_avg"},
+# "verifier": {"model", <split>: {"f1", "acc_erroneous", "acc_correct", ...}, "avg_f1"}}),
+# table1.md, table3.md, and one JSON line per problem in generator/<benchmark>.jsonl and
+# verifier/<split>.jsonl.
+
+RESULTS_FILE = "results.json"
+
+
+def _step_order(label: str) -> tuple[int, int]:
+    """start, step_1, step_2, ..., final (anything else last, by name)."""
+    if label == "start":
+        return (0, 0)
+    m = re.fullmatch(r"step_(\d+)", label)
+    if m:
+        return (1, int(m.group(1)))
+    return (2, 0) if label == "final" else (3, 0)
+
+
+def find_evaluations(run_dirs: Mapping[str, str | os.PathLike]) -> dict[str, Path]:
+    """{run name: run directory} -> {"<run> <step>": out_dir} for every evaluation under
+    run_dir/eval/ that wrote its results, in step order (start, step_N..., final)."""
+    found = {}
+    for name, run_dir in run_dirs.items():
+        evals = [p.parent for p in Path(run_dir).glob(f"eval/*/{RESULTS_FILE}")]
+        for out_dir in sorted(evals, key=lambda p: (_step_order(p.name), p.name)):
+            found[f"{name} {out_dir.name}"] = out_dir
+    return found
+
+
+def load_evaluation(out_dir: str | os.PathLike) -> dict[str, Any]:
+    """An evaluation's results.json, with its per-problem records under "records":
+    {"generator": {benchmark: [record, ...]}, "verifier": {split: [record, ...]}}."""
+    out_dir = Path(out_dir)
+    path = out_dir / RESULTS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path}: no evaluation results; run `python -m tango_jax.evaluate` first "
+            "(it writes them at the end of an evaluation)."
+        )
+    results = json.loads(path.read_text())
+    records = {}
+    for role in ("generator", "verifier"):
+        records[role] = {
+            f.stem: [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+            for f in sorted((out_dir / role).glob("*.jsonl"))
+        }
+    return results | {"records": records}
+
+
+def load_evaluations(out_dirs: Mapping[str, str | os.PathLike]) -> dict[str, dict[str, Any]]:
+    return {name: load_evaluation(path) for name, path in out_dirs.items()}
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
+
+
+def table1(evals: Mapping[str, Mapping[str, Any]], *, reference: bool = True) -> str:
+    """Table 1 (generator pass@1, %) with one row per evaluation that has generator results,
+    then the paper's TANGO-Qwen-7B row; "-" where a benchmark was not evaluated."""
+    cols = [*R.TABLE1_MATH, ("math_avg", "Avg"), *R.TABLE1_OOD, ("ood_avg", "Avg")]
+    rows = []
+    for name, ev in evals.items():
+        g = ev.get("generator")
+        if g:
+            cells = [
+                g.get(k)["accuracy"] if isinstance(g.get(k), dict) else g.get(k) for k, _ in cols
+            ]
+            rows.append([name, *(_pct(c) for c in cells)])
+    if reference:
+        rows.append(["TANGO-Qwen-7B (paper)", *(f"{R.PAPER_TABLE1[k]:.1f}" for k, _ in cols)])
+    return _table(["Evaluation", *(h for _, h in cols)], rows)
+
+
+def table3(evals: Mapping[str, Mapping[str, Any]], *, reference: bool = True) -> str:
+    """Table 3 (verifier ProcessBench F1, %) with one row per evaluation that has verifier
+    results, then the paper's row."""
+    cols = [*R.TABLE3, ("avg", "Avg")]
+    rows = []
+    for name, ev in evals.items():
+        v = ev.get("verifier")
+        if v:
+            cells = [v.get("avg_f1") if k == "avg" else (v.get(k) or {}).get("f1") for k, _ in cols]
+            rows.append([name, *(_pct(c) for c in cells)])
+    if reference:
+        rows.append(
+            ["TANGO-Qwen-7B verifier (paper)", *(f"{R.PAPER_TABLE3[k]:.1f}" for k, _ in cols)]
+        )
+    return _table(["Evaluation", *(h for _, h in cols)], rows)
+
+
+def generator_diagnostics(evals: Mapping[str, Mapping[str, Any]]) -> str:
+    """Per evaluation and benchmark, from the per-problem records: pass@1, the mean format
+    score, the mean response length, and the share cut at the token budget (truncated
+    answers are a common reason for a low score)."""
+    rows = []
+    for name, ev in evals.items():
+        for bench, recs in ev["records"]["generator"].items():
+            if recs:
+                rows.append(
+                    [
+                        name,
+                        bench,
+                        str(len(recs)),
+                        _pct(np.mean([bool(r["correct"]) for r in recs])),
+                        f"{np.mean([r['format_score'] for r in recs]):.2f}",
+                        f"{np.mean([r['response_tokens'] for r in recs]):.0f}",
+                        _pct(np.mean([r["finish_reason"] == "length" for r in recs])),
+                    ]
+                )
+    header = ["Evaluation", "benchmark", "problems", "pass@1", "format", "tokens", "truncated"]
+    return _table(header, rows)
+
+
+def verifier_diagnostics(evals: Mapping[str, Mapping[str, Any]]) -> str:
+    """Per evaluation and ProcessBench split: the two accuracies behind F1, the share of
+    outputs with no readable prediction, and the share whose step judgments match the
+    solution's step count."""
+    rows = []
+    for name, ev in evals.items():
+        for split, recs in ev["records"]["verifier"].items():
+            if recs:
+                s = R.split_scores(recs)
+                k_match = np.mean([r["num_judgments"] == r["num_steps"] for r in recs])
+                rows.append(
+                    [
+                        name,
+                        split,
+                        f"{s.num_erroneous} / {s.num_correct}",
+                        _pct(s.acc_erroneous),
+                        _pct(s.acc_correct),
+                        _pct(s.f1),
+                        _pct(s.unreadable),
+                        _pct(k_match),
+                    ]
+                )
+    header = ["Evaluation", "split", "erroneous / correct", "acc. err.", "acc. corr.", "F1"]
+    return _table([*header, "unreadable", "K match"], rows)

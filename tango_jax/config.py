@@ -43,6 +43,7 @@ from tango_jax.tango.class_balance import ReweightMethod
 from tango_jax.tango.divergence import DivergenceConfig
 from tango_jax.tango.process_advantages import AlphaSchedule
 from tango_jax.tango.schedule import Kind, Schedule
+from tango_jax.tracking import WandbConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,6 +130,9 @@ class RunConfig:
     # non-finite metric always stops the run.
     divergence: DivergenceConfig = DivergenceConfig()
     tensorboard: bool = True
+    # Weights & Biases logging beside metrics.jsonl and TensorBoard (off by default;
+    # tracking.py, README "Experiment tracking").
+    wandb: WandbConfig = WandbConfig()
     # Sampler-vs-trainer log-prob drift is logged for every trained batch; True also scores
     # the untrained rollout batches (the verifier's feedback in generator steps, the
     # generator's samples in verifier steps) with an extra forward pass.

@@ -15,7 +15,10 @@ Models: a run directory's checkpoint at any saved step (exported once to
 export (`final`); or any HF checkpoint directory (`--generator`, `--verifier`). Sampling
 settings (backend jax|vllm, prompt and token budgets, dtype) come from the run's config.json,
 or from `--config` (a training config file), or the defaults; `--backend`, `--max_tokens` and
-`--dtype` override them.
+`--dtype` override them. So do the prompt templates (`data.prompt_style`, overridden by
+`--prompt_style`, and the user's `data.template_files`): the math benchmarks in the
+generator's eval variant, the OOD ones in its ood variant, ProcessBench in the verifier's eval
+variant.
 
 Writes to out_dir (default run_dir/eval/<step>): generator/<benchmark>.jsonl and
 verifier/<split>.jsonl (one record per problem, appended as it goes: a killed evaluation run
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -38,7 +42,8 @@ from tango_jax.config_roles import RoleConfig, SamplerBackend
 from tango_jax.data import benchmarks as B
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
 from tango_jax.tango.schedule import Kind
-from tango_jax.tango.templates import PromptStyle
+from tango_jax.tango.template_files import TemplateFiles, load_templates
+from tango_jax.tango.templates import PromptStyle, PromptTemplates, Variant
 
 log = logging.getLogger("tango_jax")
 
@@ -52,6 +57,8 @@ class Settings:
     generator: RoleConfig
     verifier: RoleConfig
     prompt_style: PromptStyle
+    template_files: TemplateFiles  # the user's templates (data.template_files), if any
+    templates: PromptTemplates  # what the prompts are rendered with
     mesh: MeshConfig
     scorer_workers: int
     scorer_timeout_s: float
@@ -72,16 +79,18 @@ def load_settings(args: argparse.Namespace) -> Settings:
         cfg = load_run_config(json.loads((Path(args.run_dir) / "config.json").read_text()))
     if cfg is not None:
         gen, ver = cfg.generator, cfg.verifier
-        style, mesh = cfg.data.prompt_style, cfg.mesh
+        style, files, mesh = cfg.data.prompt_style, cfg.data.template_files, cfg.mesh
         workers, timeout_s = cfg.scorer_workers, cfg.scorer_timeout_s
     else:
         d = _defaults()
         gen, ver, style, mesh = d["generator"], d["verifier"], PromptStyle.FULL, MeshConfig()
+        files = TemplateFiles()
         workers, timeout_s = d["scorer_workers"], d["scorer_timeout_s"]
     gen, ver = (_override(r, args) for r in (gen, ver))
     style = PromptStyle(args.prompt_style) if args.prompt_style else style
     workers = args.scorer_workers or min(workers, os.cpu_count() or 1)
-    return Settings(gen, ver, style, mesh, workers, timeout_s)
+    templates = load_templates(style, files)
+    return Settings(gen, ver, style, files, templates, mesh, workers, timeout_s)
 
 
 def _config_module(path: str):
@@ -189,6 +198,23 @@ def _check_same_evaluation(out_dir: Path, identity: dict[str, Any]) -> None:
     path.write_text(json.dumps(identity, indent=2))
 
 
+def _template_identity(settings: Settings) -> dict[str, Any]:
+    """The user's template files and a hash of their content (only when some are set, so the
+    results of evaluations without any stay resumable as before)."""
+    given = settings.template_files.given()
+    if not given:
+        return {}
+    digest = {
+        field: hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+        for field, path in given.items()
+    }
+    return {"template_files": given, "template_sha256": digest}
+
+
+def _variant(name: str) -> Variant:
+    return Variant.OOD if B.BENCHMARKS[name].domain is B.Domain.OOD else Variant.EVAL
+
+
 def _build(kind: Kind, role_cfg: RoleConfig, path: Path, mesh):
     from tango_jax.tango.roles import build_role
 
@@ -234,7 +260,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             paths[kind] = (path, f"{run_dir} {label}")
         else:
             raise ValueError(f"--{kind.value} (an HF checkpoint directory) or --run_dir needed.")
-    identity = {"prompt_style": settings.prompt_style.value}
+    identity = {"prompt_style": settings.prompt_style.value} | _template_identity(settings)
     for kind, (_, label) in paths.items():
         role_cfg = settings.generator if kind is Kind.GENERATOR else settings.verifier
         identity[f"{kind.value}"] = label
@@ -261,7 +287,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         try:
             for name in names:
                 kept, dropped[name] = E.fits_prompt(
-                    generator, problems[name], settings.prompt_style
+                    generator, problems[name], settings.templates, _variant(name)
                 )
                 if dropped[name]:
                     log.warning(
@@ -278,9 +304,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     E.ResultLog(out_dir / "generator" / f"{name}.jsonl"),
                     scorer=scorer,
                     kind=B.BENCHMARKS[name].kind,
-                    style=settings.prompt_style,
+                    style=settings.templates,
                     timeout_s=settings.scorer_timeout_s,
                     batch_size=args.batch_size,
+                    variant=_variant(name),
                 )
         finally:
             scorer.close()
@@ -300,7 +327,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     split,
                     rows[split],
                     E.ResultLog(out_dir / "verifier" / f"{split}.jsonl"),
-                    style=settings.prompt_style,
+                    style=settings.templates,
                     batch_size=args.batch_size,
                 )
         finally:

@@ -14,6 +14,8 @@ Files in `run_dir`:
                   written as null, so every line is strict JSON (`read_metrics` turns them back
                   into NaN via `metric_columns`).
   tensorboard/    tensorboardX event files with the same names and steps.
+  wandb/          with a `tracking.WandbSink` (config `wandb.enable`): the same steps in a
+                  Weights & Biases run (offline runs are stored here).
 
 Names are hierarchical (`generator/...`, `verifier/...`, `rollout/...`, `perf/...`): at least
 two `/`-separated parts, no spaces. Steps are strictly increasing, one line per step.
@@ -37,9 +39,12 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from tango_jax.tracking import WandbSink
 
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_SUBDIR = "tensorboard"
@@ -85,7 +90,8 @@ class MetricsWriter:
     """Appends one JSON line per step to `run_dir/metrics.jsonl` and mirrors it to TensorBoard.
 
     resume_step: the checkpoint step this run resumed from (None for a fresh run); see the
-    module docstring. tensorboard: also write `run_dir/tensorboard/` event files.
+    module docstring. tensorboard: also write `run_dir/tensorboard/` event files. wandb: also
+    log every step to this W&B run (`tracking.wandb_sink`; closed with the writer).
     """
 
     def __init__(
@@ -94,7 +100,9 @@ class MetricsWriter:
         *,
         tensorboard: bool = True,
         resume_step: int | None = None,
+        wandb: WandbSink | None = None,
     ):
+        self._wandb = wandb
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / METRICS_FILE
@@ -143,12 +151,16 @@ class MetricsWriter:
             for name, value in values.items():
                 self._tb.add_scalar(name, value, step)
             self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log(step, values, phase)
         self.last_step = step
 
     def close(self) -> None:
         self._file.close()
         if self._tb is not None:
             self._tb.close()
+        if self._wandb is not None:
+            self._wandb.close()
 
     def __enter__(self) -> MetricsWriter:
         return self

@@ -32,6 +32,8 @@ from tango_jax.config import RunConfig, enabled_roles
 from tango_jax.config_types import ConfigError, config_dict, to_dict
 from tango_jax.data.prompts import DataSource
 from tango_jax.tango.schedule import Kind
+from tango_jax.tango.template_files import load_templates
+from tango_jax.tracking import check_installed
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,7 @@ RESUME_MAY_CHANGE: tuple[str, ...] = (
     "resume",
     "resume_may_change",
     "tensorboard",
+    "wandb",
     "scorer_workers",
     "drift_all_batches",
     "divergence",  # when to stop: e.g. action=warn to go on past a stop
@@ -138,6 +141,8 @@ def check_paths(cfg: RunConfig) -> None:
     if cfg.data.source is not DataSource.SYNTHETIC:
         _check_data_file("data.train_path", cfg.data.train_path)
         _check_data_file("data.eval_path", cfg.data.eval_path)
+    load_templates(cfg.data.prompt_style, cfg.data.template_files)  # files exist and check out
+    check_installed(cfg.wandb)  # W&B logging on: the package is there
 
 
 # --- the run directory -------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import pytest
 
 from tango_jax import analysis
 from tango_jax.metrics import MetricsWriter
+from tango_jax.tango import eval_report as R
 
 matplotlib.use("Agg")
 
@@ -73,12 +74,106 @@ def test_smooth_is_a_trailing_mean():
     )
 
 
-def test_notebook_runs_end_to_end(tmp_path, monkeypatch):
+# --- evaluation outputs ----------------------------------------------------------------------
+
+
+def _gen(benchmark: str, i: int, correct: bool, tokens: int = 10, finish: str = "stop") -> dict:
+    return {
+        "id": str(i),
+        "benchmark": benchmark,
+        "correct": correct,
+        "gold": "1",
+        "predicted": "1" if correct else "2",
+        "format_score": 1.0 if correct else 0.5,
+        "num_steps": 3,
+        "response_tokens": tokens,
+        "finish_reason": finish,
+        "response": "...",
+    }
+
+
+def _ver(split: str, i: int, label: int, prediction: int | None, judgments: int) -> dict:
+    return {
+        "id": str(i),
+        "split": split,
+        "label": label,
+        "prediction": prediction,
+        "num_steps": 3,
+        "num_judgments": judgments,
+        "verdict": None,
+        "response": "...",
+    }
+
+
+GENERATOR = {
+    "MATH500": [_gen("MATH500", 0, True), _gen("MATH500", 1, False, 30, "length")],
+    "AIME2024": [_gen("AIME2024", 0, True)],
+    "BGQA": [_gen("BGQA", i, c) for i, c in enumerate((True, True, False))],
+}
+# labels -1, 1, 2 predicted -1, 1, unreadable: acc. erroneous 1/2, acc. correct 1/1, F1 2/3
+VERIFIER = {
+    "gsm8k": [_ver("gsm8k", 0, -1, -1, 3), _ver("gsm8k", 1, 1, 1, 3), _ver("gsm8k", 2, 2, None, 0)]
+}
+
+
+def _write_evaluation(out_dir: Path, generator=GENERATOR, verifier=VERIFIER) -> Path:
+    """The files `python -m tango_jax.evaluate` leaves in out_dir, made by the same report
+    functions from these records."""
+    results: dict = {"out_dir": str(out_dir)}
+    for role, records, summary in (
+        ("generator", generator, R.generator_summary),
+        ("verifier", verifier, R.verifier_summary),
+    ):
+        if records:
+            (out_dir / role).mkdir(parents=True)
+            for name, recs in records.items():
+                lines = "".join(json.dumps(r) + "\n" for r in recs)
+                (out_dir / role / f"{name}.jsonl").write_text(lines)
+            results[role] = {"model": out_dir.name, **summary(records)}
+    (out_dir / "results.json").write_text(json.dumps(results))
+    return out_dir
+
+
+def test_evaluations_are_found_in_step_order_and_tabulated(tmp_path):
+    run = tmp_path / "run"
+    for step in ("step_10", "final", "step_2", "start"):
+        _write_evaluation(run / "eval" / step)
+    (run / "eval" / "step_5").mkdir()  # killed before it wrote results.json: not listed
+    found = analysis.find_evaluations({"tango": run})
+    assert list(found) == ["tango start", "tango step_2", "tango step_10", "tango final"]
+    evals = analysis.load_evaluations({"a": found["tango step_2"]})
+    assert evals["a"]["records"]["generator"]["BGQA"] == GENERATOR["BGQA"]
+    t1 = analysis.table1(evals).splitlines()
+    assert t1[0] == (
+        "| Evaluation | MATH500 | AIME24 | AIME25 | AMC23 | OlyB | Avg | BGQA | CRUX | StratQA "
+        "| TableB | Avg |"
+    )
+    # MATH500 1/2, AIME24 1/1 -> math Avg 75.0; BGQA 2/3 -> OOD Avg 66.7
+    assert t1[2] == "| a | 50.0 | 100.0 | - | - | - | 75.0 | 66.7 | - | - | - | 66.7 |"
+    assert t1[3].startswith("| TANGO-Qwen-7B (paper) | 82.4 |")
+    t3 = analysis.table3(evals).splitlines()
+    assert t3[2] == "| a | 66.7 | - | - | - | 66.7 |"
+    diag = analysis.generator_diagnostics(evals)
+    assert "| a | MATH500 | 2 | 50.0 | 0.75 | 20 | 50.0 |" in diag  # one of two cut at the budget
+    assert "| a | gsm8k | 2 / 1 | 50.0 | 100.0 | 66.7 | 33.3 | 66.7 |" in (
+        analysis.verifier_diagnostics(evals)
+    )
+
+
+def test_an_evaluation_without_results_says_how_to_get_them(tmp_path):
+    with pytest.raises(FileNotFoundError, match="run `python -m tango_jax.evaluate` first"):
+        analysis.load_evaluation(tmp_path)
+
+
+def test_notebook_runs_end_to_end(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("TANGO_RUN", str(_write_run(tmp_path / "tango", 0.3)))
     monkeypatch.setenv("GRPO_RUN", str(_write_run(tmp_path / "grpo", 0.1)))
+    _write_evaluation(tmp_path / "tango" / "eval" / "step_9")
     cells = json.loads(NOTEBOOK.read_text())["cells"]
     namespace: dict = {}
     for cell in cells:
         if cell["cell_type"] == "code":
             exec(compile("".join(cell["source"]), str(NOTEBOOK), "exec"), namespace)
     assert set(namespace["runs"]) == {"tango", "grpo"}
+    assert list(namespace["evals"]) == ["tango step_9"]
+    assert "| tango step_9 | 50.0 | 100.0 |" in capsys.readouterr().out

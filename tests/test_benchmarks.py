@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+from pathlib import Path
 
 import datasets
 import pytest
@@ -176,3 +179,38 @@ def test_selections():
     assert B.process_bench_splits("math,gsm8k") == ["math", "gsm8k"]
     with pytest.raises(ValueError, match="unknown ProcessBench split 'omni'"):
         B.process_bench_splits("omni")
+
+
+def _cache_entry(hub: Path, hub_id: str, revision: str, files: dict[str, str]) -> Path:
+    """A dataset in a Hugging Face hub cache, as huggingface_hub lays it out: the contents in
+    blobs/<hash>, snapshots/<revision>/<path> symlinks to them."""
+    repo = hub / ("datasets--" + hub_id.replace("/", "--"))
+    for rel, text in files.items():
+        blob = repo / "blobs" / hashlib.sha256(text.encode()).hexdigest()
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        blob.write_text(text)
+        link = repo / "snapshots" / revision / rel
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+    return repo
+
+
+def test_a_hugging_face_hub_cache_as_data_dir(tmp_path, data_dir):
+    """`--data_dir ~/.cache/huggingface/hub` (or its parent, HF_HOME): the snapshot that
+    refs/main names is read, an older one is not; ProcessBench too."""
+    hub = tmp_path / "hf_home" / "hub"
+    rows = [{"problem": "Compute $2+2$.", "answer": "4"}]
+    old = [{"problem": "OLD REVISION", "answer": "0"}]
+    as_jsonl = lambda rs: "".join(json.dumps(r) + "\n" for r in rs)
+    repo = _cache_entry(hub, "HuggingFaceH4/MATH-500", "aaa", {"test.jsonl": as_jsonl(rows)})
+    _cache_entry(hub, "HuggingFaceH4/MATH-500", "bbb", {"test.jsonl": as_jsonl(old)})
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("aaa")
+    split = json.dumps(PROCESS_BENCH["gsm8k"])
+    _cache_entry(hub, "Qwen/ProcessBench", "ccc", {"gsm8k.json": split})
+    for data_dir_ in (hub, hub.parent):
+        assert _load("MATH500", data_dir_) == [("Compute $2+2$.", "4", "MATH500/0")]
+        items = B.load_process_bench(data_dir_, "gsm8k").items
+        assert [r.item.label for r in items] == [r["label"] for r in PROCESS_BENCH["gsm8k"]]
+    with pytest.raises(FileNotFoundError, match="or point --data_dir at a Hugging Face hub cache"):
+        B.load_benchmark_dir("AIME2024", hub)

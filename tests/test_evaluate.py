@@ -11,7 +11,7 @@ import jax
 import pytest
 from benchmark_fixtures import PROCESS_BENCH, TABLEBENCH, write_all
 
-from tango_jax import evaluate
+from tango_jax import analysis, evaluate
 from tango_jax.checkpoint import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer
 from tango_jax.config import load_run_config, sibling_config
 from tango_jax.config_types import to_dict
@@ -106,6 +106,19 @@ def test_run_dir_writes_both_tables_and_per_problem_records(evaluated, run_dir):
         assert results["verifier"][split]["num_correct"] == sum(r["label"] == -1 for r in rows)
     saved = json.loads((out / "results.json").read_text())
     assert saved["verifier"]["avg_f1"] == results["verifier"]["avg_f1"]
+
+
+def test_the_analysis_notebook_reads_the_evaluation(evaluated, run_dir):
+    """tango_jax.analysis (the notebook's tables) on what the evaluation wrote: the same
+    numbers as table1.md and table3.md, and every per-problem record."""
+    out, results = evaluated
+    evals = analysis.load_evaluations(analysis.find_evaluations({"tiny": run_dir}))
+    ev = evals[f"tiny step_{STEP}"]
+    assert ev["generator"]["math_avg"] == results["generator"]["math_avg"]
+    assert len(ev["records"]["generator"]["BGQA"]) == results["generator"]["BGQA"]["total"]
+    for ours, theirs in ((analysis.table1, "table1.md"), (analysis.table3, "table3.md")):
+        row = next(r for r in ours(evals).splitlines() if r.startswith(f"| tiny step_{STEP} |"))
+        assert row.split("|")[2:] == (out / theirs).read_text().splitlines()[2].split("|")[2:]
 
 
 def test_resume_skips_finished_problems_and_drops_a_cut_line(evaluated, run_dir, data_dir):
@@ -218,3 +231,40 @@ def test_result_log_refuses_a_foreign_file(tmp_path):
     path.write_text('not json\n{"id": "a"}\n')
     with pytest.raises(ValueError, match="x.jsonl:1: not a result record"):
         ResultLog(path)
+
+
+def test_the_users_templates_reach_the_benchmarks(run_dir, data_dir, tmp_path):
+    """data.template_files of the config: an OOD template far over the prompt budget leaves
+    every OOD problem out as overlong while the math benchmark keeps the built-in eval one;
+    the files and their hash are part of the evaluation's identity."""
+    ood = tmp_path / "ood.txt"
+    ood.write_text("Think hard. " * 2000 + "\nUser: {question}\nAssistant:")
+    config = tmp_path / "with_templates.py"
+    config.write_text(
+        "from tango_jax.config import sibling_config\n\n\ndef get_config():\n"
+        f"    c = sibling_config({str(CONFIGS / 'x.py')!r}, 'tiny_arith').get_config()\n"
+        f"    c.data.template_files.generator_ood = {str(ood)!r}\n"
+        "    return c\n"
+    )
+    out = tmp_path / "templated"
+    results = evaluate.main(
+        [
+            *("--generator", str(run_dir / "initial" / "generator"), "--out_dir", str(out)),
+            *("--config", str(config), "--max_tokens", "4", "--data_dir", str(data_dir)),
+            *("--benchmarks", "AIME2025,BGQA", "--process_bench", "none"),
+        ]
+    )
+    gen = results["generator"]
+    assert (gen["AIME2025"]["total"], gen["AIME2025"]["dropped_overlong"]) == (1, 0)
+    assert gen["BGQA"]["total"] == 0 and gen["BGQA"]["dropped_overlong"] >= 1
+    identity = json.loads((out / "evaluation.json").read_text())
+    assert identity["template_files"] == {"generator_ood": str(ood)}
+    ood.write_text("Changed: {question}")  # other templates: not the same evaluation
+    with pytest.raises(SystemExit, match="holds results of another evaluation.*template_sha256"):
+        evaluate.main(
+            [
+                *("--generator", str(run_dir / "initial" / "generator"), "--out_dir", str(out)),
+                *("--config", str(config), "--data_dir", str(data_dir), "--max_tokens", "4"),
+                *("--benchmarks", "BGQA", "--process_bench", "none"),
+            ]
+        )

@@ -58,7 +58,7 @@ def test_generator_prompt_has_the_official_structure():
 
 def test_evaluation_prompt_only_drops_the_word_mathematical():
     train = T.render_generator_prompt("Q")
-    evaluation = T.render_generator_prompt("Q", evaluation=True)
+    evaluation = T.render_generator_prompt("Q", variant=T.Variant.EVAL)
     assert train.count("mathematical ") == 1
     assert "mathematical" not in evaluation
     assert evaluation == train.replace("mathematical ", "")
@@ -244,6 +244,26 @@ def test_step_judgments_only_from_the_first_step_verification_section():
         + _steps("\\boxed{CORRECT}", "\\boxed{CORRECT}")
     )
     assert F.parse_verification(text).step_judgments == (-1,)
+
+
+def test_verifier_tags_in_any_case_as_the_official_parser_reads_them():
+    r"""`<STEP>`, `<Step>` blocks and `<FINAL_VERIFICATION>` tags count (the official regexes
+    use re.IGNORECASE); the `<step_verification>` section is found as written."""
+    text = (
+        "<step_verification>\n<STEP>ok \\boxed{CORRECT}</STEP>\n"
+        "<Step>wrong \\BOXED{incorrect}.</step>\n<step>ok \\box{Correct}</sTeP>\n"
+        "</step_verification>\n<FINAL_VERIFICATION>\\boxed{INCORRECT}</Final_Verification>"
+    )
+    v = F.parse_verification(text)
+    assert v == F.Verification((1, -1, 1), F.INCORRECT, 3)
+    upper_section = text.replace("step_verification>", "STEP_VERIFICATION>")
+    assert F.parse_verification(upper_section) == F.Verification((), F.INCORRECT, 0)
+    # The format score reads the tags as written: no <step> block (-0.8), stray text (-0.4).
+    lower_final = text.replace("FINAL_VERIFICATION>", "final_verification>").replace(
+        "Final_Verification>", "final_verification>"
+    )
+    assert F.parse_verification(lower_final) == v
+    assert F.verifier_format_score(lower_final, expected_steps=3, generator_format_score=1.0) == 0
 
 
 def test_unclosed_step_verification_gives_no_judgments():

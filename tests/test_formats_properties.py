@@ -19,8 +19,11 @@ FRAGMENTS = [
     "\\boxed{CORRECT}", "\\boxed{INCORRECT}", "\\box{correct}", "\\boxed{CORRECT}.",
     " \\boxed{INCORRECT}. \n", "\\boxed{correct} x", ".</step>", "\\boxed{9}", "{", "}", ".",
     " ", "\n", "x", "é", "🙂", "9" * 30,
+    # other cases: the verifier's step and verdict tags match them, the rest does not
+    "<STEP>", "</Step>", "<sTeP>", "</STEP>", "<FINAL_VERIFICATION>", "</Final_Verification>",
+    "<STEP_VERIFICATION>", "</Step_Verification>", "\\BOXED{correct}", "<\u017fTEP>", "</\u0131>",
 ]  # fmt: skip
-# No letters in the free text: the only tags are the fragments' lower-case ones.
+# No letters in the free text: the only tags are the fragments'.
 FREE_TEXT = st.text(alphabet=" \n\t.{}\\<>/_x9é日🙂\u00a0", max_size=12)
 TAG_SOUP = st.lists(st.sampled_from(FRAGMENTS) | FREE_TEXT, max_size=40).map("".join)
 JUNK = st.sampled_from(["", "", "", " ", "\n", "x", "<step>", "</step>", "note", "</answer>"])
@@ -30,18 +33,26 @@ LABEL = st.sampled_from(
 )
 ENDING = st.sampled_from(["", ".", ". \n", " ", "..", " .", " x", "\n.", "}"])
 STEP_BLOCK = st.builds("<step>{}{}{}</step>".format, FREE_TEXT, LABEL, ENDING)
+# Verifier step blocks and verdict tags in other cases too (what a real model may write).
+OPEN, CLOSE = (st.sampled_from([t, t, t, t.upper(), t.title()]) for t in ("<step>", "</step>"))
+ANY_CASE_BLOCK = st.builds("{}{}{}{}{}".format, OPEN, FREE_TEXT, LABEL, ENDING, CLOSE)
+FINAL_TAGS = st.sampled_from(
+    [("<final_verification>", "</final_verification>")] * 3
+    + [("<FINAL_VERIFICATION>", "</Final_Verification>")]
+)
 
 
 @st.composite
 def verifier_like(draw):
     """Outputs near the verifier format, so that every penalty and label rule gets exercised."""
-    blocks = draw(st.lists(STEP_BLOCK, max_size=5))
+    blocks = draw(st.lists(ANY_CASE_BLOCK, max_size=5))
     steps = "".join(draw(JUNK) + b for b in blocks) + draw(JUNK)
     final = draw(st.sampled_from(["", " ", "So "])) + draw(LABEL) + draw(ENDING)
     mid = draw(st.sampled_from(["", "", "\n", " x "]))
+    final_open, final_close = draw(FINAL_TAGS)
     return (
         f"{draw(EDGE)}<step_verification>{steps}</step_verification>{mid}"
-        f"<final_verification>{final}</final_verification>{draw(EDGE)}"
+        f"{final_open}{final}{final_close}{draw(EDGE)}"
     )
 
 
@@ -87,9 +98,11 @@ def ref_generator_format(text):
 JUDGMENT_AT_END = r"\\box(?:ed)?\{(CORRECT|INCORRECT)\}(?:\.?\s*)?$"
 
 
-def ref_valid_step_labels(content):
+def ref_valid_step_labels(content, tag_flags=0):
+    """The official judgments; the parser finds their <step> tags with re.I (tag_flags), the
+    format score's count is of the tags as written."""
     labels = []
-    for step in re.findall(r"<step>(.*?)</step>", content, re.S):
+    for step in re.findall(r"<step>(.*?)</step>", content, re.S | tag_flags):
         m = re.search(JUDGMENT_AT_END, step, re.I)
         if m:
             labels.append(1 if m.group(1).upper() == "CORRECT" else -1)
@@ -173,8 +186,8 @@ def test_parse_verification_matches_the_official_rules(text):
     assert v.verdict == ref_verdict(text)
     m = re.search(r"<step_verification>(.*?)</step_verification>", text, re.S)
     content = m.group(1) if m else ""
-    assert list(v.step_judgments) == ref_valid_step_labels(content)
-    assert v.num_step_blocks == len(re.findall(r"<step>(.*?)</step>", content, re.S))
+    assert list(v.step_judgments) == ref_valid_step_labels(content, re.I)
+    assert v.num_step_blocks == len(re.findall(r"<step>(.*?)</step>", content, re.S | re.I))
 
 
 @SETTINGS

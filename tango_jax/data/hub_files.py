@@ -1,8 +1,15 @@
 """Local copies of hub dataset repositories (`huggingface-cli download --repo-type dataset <hub
 id> --local-dir <dir>`): which data files of a directory to read, and their rows as dicts.
 
+    directory = dataset_dir(data_dir, "BGQA", hub_id)   # data_dir/BGQA, or the hub cache's
     for path in data_files(directory, ("*test*",), hub_id):
         for row in read_rows(path): ...
+
+`data_dir` may also be a Hugging Face hub cache (`~/.cache/huggingface/hub`, or `$HF_HOME`
+holding `hub/`), where `huggingface-cli download` without --local-dir and
+`datasets.load_dataset` leave a repository's files: `datasets--<org>--<name>/snapshots/<rev>/`
+holds the same files as a --local-dir download (`dataset_dir` picks the revision
+`refs/main` names, else the newest snapshot).
 
 Parquet, JSON, JSONL and arrow files are read with the `datasets` library, in memory; a
 `datasets.save_to_disk` directory works too. Nothing is downloaded: a missing directory or
@@ -12,6 +19,7 @@ file is a FileNotFoundError naming the expected path and the command that fetche
 from __future__ import annotations
 
 import fnmatch
+import os
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -23,8 +31,46 @@ def how_to_get(hub_id: str, target: Path) -> str:
     return (
         "Runs never download data. On a machine with internet access run `huggingface-cli "
         f"download --repo-type dataset {hub_id} --local-dir {target}` and copy the directory "
-        "here (README.md, section Evaluation, lists every benchmark)."
+        f"here, or point --data_dir at a Hugging Face hub cache that holds {hub_id} "
+        "(README.md, section Evaluation, lists every benchmark)."
     )
+
+
+def hub_cache_repo(hub_id: str) -> str:
+    """The folder name of a dataset repository in a Hugging Face hub cache."""
+    return "datasets--" + hub_id.replace("/", "--")
+
+
+def dataset_dir(data_dir: str | os.PathLike, name: str, hub_id: str) -> Path:
+    """Where dataset `name` lies under `data_dir`: `data_dir/<name>` (a --local-dir download,
+    or any folder of its files) when it exists; else the snapshot of `hub_id` in a hub cache at
+    `data_dir` (`data_dir/datasets--<org>--<repo>` or `data_dir/hub/datasets--<org>--<repo>`);
+    else `data_dir/<name>`, which `data_files` then reports missing."""
+    data_dir = Path(data_dir)
+    local = data_dir / name
+    if local.exists():
+        return local
+    for repo in (data_dir / hub_cache_repo(hub_id), data_dir / "hub" / hub_cache_repo(hub_id)):
+        if repo.is_dir():
+            return _snapshot(repo, hub_id)
+    return local
+
+
+def _snapshot(repo: Path, hub_id: str) -> Path:
+    """The snapshot of a cached repository: the revision refs/main names, else the newest."""
+    snapshots = repo / "snapshots"
+    ref = repo / "refs" / "main"
+    if ref.is_file() and (snapshots / ref.read_text().strip()).is_dir():
+        return snapshots / ref.read_text().strip()
+    found = sorted(
+        (p for p in snapshots.iterdir() if p.is_dir()) if snapshots.is_dir() else [],
+        key=lambda p: p.stat().st_mtime,
+    )
+    if not found:
+        raise FileNotFoundError(
+            f"{repo}: a hub cache entry of {hub_id} without snapshots; download it again."
+        )
+    return found[-1]
 
 
 def _is_saved_dataset(path: Path) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -20,7 +21,13 @@ from typing import Any
 from tango_jax.data import datasets, synthetic
 from tango_jax.data.datasets import Problem, PromptStream, StreamPosition
 from tango_jax.data.synthetic import ArithConfig, SyntheticStream
-from tango_jax.tango.templates import PromptStyle, render_generator_prompt
+from tango_jax.tango.template_files import TemplateFiles, load_templates
+from tango_jax.tango.templates import (
+    PromptStyle,
+    PromptTemplates,
+    Templates,
+    render_generator_prompt,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +50,14 @@ class DataConfig:
     seed: int = 1  # data order (official data.seed = 1)
     prompt_style: PromptStyle = PromptStyle.FULL  # full (the paper's) | compact (tiny configs)
     arith: ArithConfig = ArithConfig()  # the synthetic task (data/synthetic.py)
+    # Files with the user's own prompt templates per role and variant (the official ones, say),
+    # replacing prompt_style's built-ins; "" = built in (tango/template_files.py, README).
+    template_files: TemplateFiles = TemplateFiles()
+
+    @functools.cached_property
+    def templates(self) -> PromptTemplates:
+        """The run's prompt templates (read and checked once; preflight checked them first)."""
+        return load_templates(self.prompt_style, self.template_files)
 
 
 def load_prompts(
@@ -65,14 +80,14 @@ def load_prompts(
         train = datasets.load_problems(cfg.train_path, fields)
     evals = datasets.load_problems(cfg.eval_path, fields)
     tok = tokenizer()
-    train = drop_overlong(train, "train", tok, max_prompt_len, cfg.prompt_style)
-    evals = drop_overlong(evals, "eval", tok, max_prompt_len, cfg.prompt_style)
+    train = drop_overlong(train, "train", tok, max_prompt_len, cfg.templates)
+    evals = drop_overlong(evals, "eval", tok, max_prompt_len, cfg.templates)
     stream = PromptStream(train, cfg.prompts_per_step, seed=cfg.seed, position=position)
     return stream, evals[: cfg.eval_size]
 
 
 def drop_overlong(
-    problems: Sequence[Problem], split: str, tokenizer: Any, limit: int, style: PromptStyle
+    problems: Sequence[Problem], split: str, tokenizer: Any, limit: int, style: Templates
 ) -> list[Problem]:
     """The problems whose generator prompt has at most `limit` tokens, in order; says how many
     were dropped and fails if none is left."""

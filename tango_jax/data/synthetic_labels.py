@@ -116,7 +116,7 @@ def generator_sft_examples(
     n: int,
     *,
     seed: int,
-    style: templates.PromptStyle = templates.PromptStyle.FULL,
+    style: templates.Templates = templates.PromptStyle.FULL,
 ) -> list[SFTExample]:
     """`n` (generator prompt, solution) pairs from the training split; `slip_fraction` of the
     solutions have one slip. `style`: the prompt template, the one the RL prompts use."""
@@ -135,7 +135,7 @@ def verifier_sft_examples(
     n: int,
     *,
     seed: int,
-    style: templates.PromptStyle = templates.PromptStyle.FULL,
+    style: templates.Templates = templates.PromptStyle.FULL,
 ) -> list[SFTExample]:
     """`n` (verifier prompt, outcome-only transcript) pairs from the training split;
     `verifier_correct_fraction` of the verified solutions are correct, the rest have one slip.

@@ -88,12 +88,17 @@ def _chunks(items: Sequence, size: int):
         yield items[start : start + size]
 
 
-def fits_prompt(generator: Role, problems: Sequence[Problem], style: templates.PromptStyle):
+def fits_prompt(
+    generator: Role,
+    problems: Sequence[Problem],
+    style: templates.Templates,
+    variant: templates.Variant = templates.Variant.EVAL,
+):
     """(problems whose evaluation prompt fits generator.max_prompt_len, ids of the others):
     the official loader drops overlong prompts (`filter_overlong_prompts`), evaluation sets
     included."""
     texts = [
-        templates.render_generator_prompt(p.question, evaluation=True, style=style)
+        templates.render_generator_prompt(p.question, variant=variant, style=style)
         for p in problems
     ]
     lengths = [len(x) for x in generator.tokenizer(texts, add_special_tokens=False)["input_ids"]]
@@ -111,18 +116,19 @@ def run_generator_benchmark(
     *,
     scorer: OutcomeScorer,
     kind: RewardKind,
-    style: templates.PromptStyle,
+    style: templates.Templates,
     timeout_s: float,
     batch_size: int,
+    variant: templates.Variant = templates.Variant.EVAL,
 ) -> list[dict[str, Any]]:
-    """Greedy pass@1 of every problem not yet in `results`; returns the records of all
-    `problems` (in order)."""
+    """Greedy pass@1 of every problem not yet in `results` in the `variant` template (EVAL, or
+    OOD for an out-of-domain benchmark); returns the records of all `problems` (in order)."""
     ids = [p.id for p in problems]
     todo = [p for p in problems if p.id not in results.done(ids)]
     with Progress(f"{name}", total=len(todo)) as bar:
         for chunk in _chunks(todo, batch_size):
             outs = generator.generate(
-                generator_prompts(generator, chunk, style), generator.eval_params()
+                generator_prompts(generator, chunk, style, variant), generator.eval_params()
             )
             solutions, _ = feedback.score_solutions(
                 scorer, chunk, outs, timeout_s=timeout_s, kind=kind
@@ -154,7 +160,7 @@ def run_process_bench(
     rows: Sequence[ProcessRow],
     results: ResultLog,
     *,
-    style: templates.PromptStyle,
+    style: templates.Templates,
     batch_size: int,
 ) -> list[dict[str, Any]]:
     """The verifier's greedy verification of every item not yet in `results`; returns the

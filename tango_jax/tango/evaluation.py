@@ -29,7 +29,7 @@ def evaluate(
     *,
     timeout_s: float,
     timer: PhaseTimer,
-    style: templates.PromptStyle = templates.PromptStyle.FULL,
+    style: templates.Templates = templates.PromptStyle.FULL,
     format_weight: float = 0.8,
     sampled_seed: int | None = None,
     sampled_n: int = 1,
@@ -60,7 +60,9 @@ def evaluate(
             judged = feedback.judge(
                 verifier,
                 solutions,
-                feedback.verifier_prompts(verifier, solutions, style),
+                feedback.verifier_prompts(
+                    verifier, solutions, style, variant=templates.Variant.EVAL
+                ),
                 n=1,
                 seed=None,
                 greedy=True,
@@ -88,13 +90,17 @@ def evaluate(
 
 
 def generator_prompts(
-    generator: Role, problems: Sequence[Problem], style: templates.PromptStyle
+    generator: Role,
+    problems: Sequence[Problem],
+    style: templates.Templates,
+    variant: templates.Variant = templates.Variant.EVAL,
 ) -> list[Prompt]:
-    """The evaluation template around each question (TANGO_SPEC §4.1: "mathematical "
-    deleted); shared by the held-out evaluation and `tango_jax.evaluate`."""
+    """The evaluation template around each question (built in: TANGO_SPEC §4.1, "mathematical "
+    deleted; `variant=OOD` for the out-of-domain benchmarks); shared by the held-out evaluation
+    and `tango_jax.evaluate`."""
     return [
         generator.encode(
-            templates.render_generator_prompt(p.question, evaluation=True, style=style)
+            templates.render_generator_prompt(p.question, variant=variant, style=style)
         )
         for p in problems
     ]
@@ -110,13 +116,16 @@ class ProcessVerification:
 
 
 def verify_process_items(
-    verifier: Role, items: Sequence[ProcessItem], *, style: templates.PromptStyle
+    verifier: Role, items: Sequence[ProcessItem], *, style: templates.Templates
 ) -> list[ProcessVerification]:
     """Greedy verification of each item (prompt right-truncated like every verifier prompt);
     the predicted error location is the first INCORRECT step (`predicted_error_step`)."""
     prompts = [
         verifier.encode(
-            templates.render_verifier_prompt(it.question, it.solution, style=style), truncate=True
+            templates.render_verifier_prompt(
+                it.question, it.solution, variant=templates.Variant.EVAL, style=style
+            ),
+            truncate=True,
         )
         for it in items
     ]
@@ -131,7 +140,7 @@ def verify_process_items(
 
 
 def evaluate_process(
-    verifier: Role, items: Sequence[ProcessItem], *, style: templates.PromptStyle
+    verifier: Role, items: Sequence[ProcessItem], *, style: templates.Templates
 ) -> dict[str, float]:
     """The verifier's greedy verification of each item: the predicted error location is its
     first INCORRECT step; ProcessBench accuracies and F1, plus the verdict accuracy on the same

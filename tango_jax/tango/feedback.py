@@ -77,12 +77,18 @@ def score_solutions(
 
 
 def verifier_prompts(
-    verifier: Role, solutions: Sequence[Solution], style: templates.PromptStyle
+    verifier: Role,
+    solutions: Sequence[Solution],
+    style: templates.Templates,
+    *,
+    variant: templates.Variant = templates.Variant.TRAIN,
 ) -> list[Prompt]:
     """The verifier's prompt for each solution (problem, solution text, K counted from it)."""
     return [
         verifier.encode(
-            templates.render_verifier_prompt(s.problem.question, s.completion.text, style=style),
+            templates.render_verifier_prompt(
+                s.problem.question, s.completion.text, variant=variant, style=style
+            ),
             truncate=True,  # right-truncated like the official verifier prompts (§3.1)
         )
         for s in solutions

@@ -22,9 +22,15 @@ any output, however long or malformed, parses in time linear in its length. (The
 those of the official non-greedy regexes: a block is an opening tag and the first closing tag after
 it, and the next block is looked for after that closing tag.
 
-Two deliberate differences from the official code, both only visible on malformed output:
-  * tags are matched exactly as the prompts write them (lower case); the label inside `\boxed{}`
-    is case-insensitive, and `\box{}` is accepted for `\boxed{}`, as in the official code;
+Tag case follows the official regexes: the verifier's step judgments (`<step>` blocks inside
+the step-verification section) and its final verdict (`<final_verification>` tags, the
+`\boxed{}` label) are matched case-insensitively (`<STEP>`, `<Step>`, `<FINAL_VERIFICATION>`,
+`\BOXED{correct}`; `\box{}` is accepted for `\boxed{}`), as the official parser does with
+re.IGNORECASE (TANGO_SPEC §3.2); the `<step_verification>` section, the generator's steps and
+the format scores match tags exactly as written, as the official code does. The scanners stay
+linear: they search an ASCII-case-folded copy of the text (same length, same indices).
+
+One deliberate difference from the official code, only visible on malformed output:
   * a verifier step judgment belongs to one `<step>` block: a block that does not end with a boxed
     label gives no judgment. (The official regex can let a judgment reach back across a closing
     tag into an earlier block.) So the judgments are exactly the blocks that the format score
@@ -201,10 +207,25 @@ CORRECT, INCORRECT = 1, 0  # verdict values; step judgments are +1 / -1
 
 # A boxed label at the very end of a (right-stripped, one final period removed) block.
 _LABEL_AT_END = re.compile(r"\\box(?:ed)?\{(CORRECT|INCORRECT)\}\Z", re.IGNORECASE)
-# The official verdict pattern: nothing, not even a space, between the tag and the box.
+# The official verdict pattern, case-insensitive: nothing, not even a space, between the tag
+# and the box.
 _VERDICT = re.compile(
-    r"<final_verification>\\(?i:box(?:ed)?)\{((?i:CORRECT|INCORRECT))\}\.?\s*</final_verification>"
+    r"<final_verification>\\box(?:ed)?\{(CORRECT|INCORRECT)\}\.?\s*</final_verification>",
+    re.IGNORECASE,
 )
+# Every character that Python's re.IGNORECASE matches to an ASCII letter, to that letter in
+# lower case; one character to one, so indices into the folded text are indices into the text.
+_FOLD = str.maketrans(
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZ\u0130\u0131\u017f\u212a", "abcdefghijklmnopqrstuvwxyziisk"
+)
+
+
+def _casefolded(text: str) -> str:
+    """`text` with tags findable case-insensitively: `_casefolded(t).find("<step>")` finds what
+    `re.search("<step>", t, re.IGNORECASE)` finds, at the same index."""
+    return text.translate(_FOLD)
+
+
 _SKELETON_JOIN = re.compile(r"</step_verification>\s*<final_verification>")
 _LONGEST_LABEL = len("\\boxed{INCORRECT}")
 
@@ -240,14 +261,17 @@ def parse_verification(text: str) -> Verification:
     """Reads the step judgments and the final verdict of a verifier output (TANGO_SPEC §3.2).
 
     Never raises: a missing section gives no judgments, a missing or malformed verdict gives
-    verdict None. A judgment must end its block: `\\boxed{CORRECT} because ...</step>` is not
+    verdict None. The step blocks' tags and the verdict's are matched in any case (module
+    docstring). A judgment must end its block: `\\boxed{CORRECT} because ...</step>` is not
     one, so that block gives no judgment (and the count then differs from K: no step rewards).
     """
     judgments: list[int] = []
     num_blocks = 0
     section = _first_block(text, STEP_VERIFICATION_OPEN, STEP_VERIFICATION_CLOSE)
     if section is not None:
-        for b in _blocks(text, STEP_OPEN, STEP_CLOSE, section.content_start, section.content_end):
+        folded = _casefolded(text)  # <step> tags in any case (the official re.IGNORECASE)
+        lo, hi = section.content_start, section.content_end
+        for b in _blocks(folded, STEP_OPEN, STEP_CLOSE, lo, hi):
             num_blocks += 1
             label = _label_at_end(text[b.content_start : b.content_end])
             if label is not None:

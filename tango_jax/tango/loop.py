@@ -49,6 +49,7 @@ from tango_jax.tango.schedule import Kind
 from tango_jax.tango.scoring_pool import OutcomeScorer
 from tango_jax.tango.sft import initial_path, rl_start_path
 from tango_jax.tango.steps import StepContext, collect, generator_step, verifier_step
+from tango_jax.tracking import wandb_sink
 
 if TYPE_CHECKING:
     from jax.sharding import Mesh
@@ -172,7 +173,7 @@ class TangoLoop:
             ctx.scorer,
             timeout_s=self.cfg.scorer_timeout_s,
             timer=self.eval_timer,
-            style=self.cfg.data.prompt_style,
+            style=self.cfg.data.templates,
             format_weight=self.cfg.algorithm.verifier_format_weight,
             sampled_seed=self.cfg.seed if self.cfg.eval.sampled else None,
             sampled_n=self.cfg.eval.sampled_n,
@@ -192,7 +193,10 @@ class TangoLoop:
         if jax.process_index() != 0:  # several trainer processes: process 0 writes metrics
             return _NoMetrics()
         return MetricsWriter(
-            self.run_dir, tensorboard=self.cfg.tensorboard, resume_step=resume_step
+            self.run_dir,
+            tensorboard=self.cfg.tensorboard,
+            resume_step=resume_step,
+            wandb=wandb_sink(self.cfg, self.run_dir),
         )
 
     def _restore(self, ckpt: RunCheckpointer, trained: dict[Kind, Role]) -> dict:

@@ -34,6 +34,7 @@ from tango_jax.rl.train_step import Objective
 from tango_jax.rl.trainer import Trainer
 from tango_jax.tango import templates
 from tango_jax.tango.schedule import Kind
+from tango_jax.tracking import wandb_sink
 
 if TYPE_CHECKING:
     from jax.sharding import Mesh
@@ -74,6 +75,7 @@ def rl_start_path(cfg: RunConfig, role: Kind, run_dir: Path, *, mesh: Mesh) -> P
         logs,
         tensorboard=cfg.tensorboard,
         resume_step=0 if (logs / "metrics.jsonl").exists() else None,
+        wandb=wandb_sink(cfg, logs, job_type=f"sft_{name}"),
     )
 
     def log_step(step, values):
@@ -92,7 +94,7 @@ def rl_start_path(cfg: RunConfig, role: Kind, run_dir: Path, *, mesh: Mesh) -> P
 
 def sft_examples(cfg: RunConfig, role: Kind) -> list[tuple[str, str]]:
     """The role's (prompt, response) SFT pairs: sft.<role>.data_path, or the synthetic task's."""
-    stage, name, style = cfg.sft.stage(role), role.value, cfg.data.prompt_style
+    stage, name, style = cfg.sft.stage(role), role.value, cfg.data.templates
     if stage.data_path:
         return sft_records(stage.data_path, role, style)
     if cfg.data.source is not DataSource.SYNTHETIC:
@@ -110,7 +112,7 @@ def sft_examples(cfg: RunConfig, role: Kind) -> list[tuple[str, str]]:
     return [(e.prompt, e.response) for e in examples]
 
 
-def sft_records(path: str, role: Kind, style: templates.PromptStyle) -> list[tuple[str, str]]:
+def sft_records(path: str, role: Kind, style: templates.Templates) -> list[tuple[str, str]]:
     """(prompt, response) pairs from a JSONL file (see `SFTStage.data_path`)."""
     file, name = Path(path), role.value
     if not file.is_file():

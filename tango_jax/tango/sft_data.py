@@ -68,7 +68,7 @@ def generate_sft_records(
     *,
     params: SamplingParams,
     chat_template: bool,
-    style: templates.PromptStyle,
+    style: templates.Templates,
     batch_size: int,
     timeout_s: float,
     keep_all: bool = False,

@@ -97,7 +97,7 @@ def _sample_and_score(
     """The generator's `n` samples of each problem, seeded by (step, purpose), scored by the
     rule-based checker: (prompts [P], solutions [P x n, problem-major], reward metrics)."""
     cfg, gen = ctx.cfg, ctx.generator
-    style = cfg.data.prompt_style
+    style = cfg.data.templates
     prompts = [
         gen.encode(templates.render_generator_prompt(p.question, style=style)) for p in problems
     ]
@@ -124,7 +124,7 @@ def _judge(
     """The verifier's `n` judgments of each solution, seeded by (step, purpose): (verifier
     prompts [S], judgments [S][n])."""
     cfg, ver = ctx.cfg, ctx.verifier
-    ver_prompts = feedback.verifier_prompts(ver, solutions, cfg.data.prompt_style)
+    ver_prompts = feedback.verifier_prompts(ver, solutions, cfg.data.templates)
     with timer("verify") as rec:
         judged = feedback.judge(
             ver,

@@ -7,12 +7,19 @@ The prompts follow the structure of the official templates (`data_preprocess/sys
 in our own words. One difference: the official templates are Python strings with `\\\\boxed`,
 so the prompt the model sees says `\\boxed{}` (two backslashes); ours say `\boxed{}`, the LaTeX
 command that the answer parsers look for.
+
+A user's own templates (the official ones verbatim, say) replace these per role and variant:
+`template_files.py` reads them from the files that `data.template_files` names, into the
+`PromptTemplates` that every render function takes as `style`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import functools
 import re
+from typing import Any
 
 from tango_jax.tango.formats import split_steps
 
@@ -121,12 +128,107 @@ class PromptStyle(enum.Enum):
     COMPACT = "compact"  # the same structure, a few dozen tokens (tiny configs)
 
 
+class Variant(enum.Enum):
+    """Where a prompt is used. The generator has all three; the verifier TRAIN and EVAL."""
+
+    TRAIN = "train"  # RL rollouts and SFT prompts
+    EVAL = "eval"  # held-out evaluation and the math benchmarks; the verifier: its evaluation
+    OOD = "ood"  # the out-of-domain benchmarks (BGQA, CRUXEval, StrategyQA, TableBench)
+
+
+class Syntax(enum.Enum):
+    """How a template marks its placeholders."""
+
+    TANGO = "tango"  # {name}; every other brace is literal (the built-in templates)
+    FORMAT = "format"  # Python str.format: {name}, {{ and }} literal (the official verifier's)
+    JINJA2 = "jinja2"  # {{ name }}, rendered by jinja2.Template (the official generator's)
+
+
+# Placeholder -> the value it receives. `prompt` and `generator_step_count` are the official
+# code's names (its generator template renders `prompt`, its verifier `generator_step_count`).
+GENERATOR_PLACEHOLDERS = {"question": "question", "prompt": "question"}
+VERIFIER_PLACEHOLDERS = {
+    "problem": "problem",
+    "solution": "solution",
+    "num_steps": "num_steps",
+    "generator_step_count": "num_steps",
+}
+_TANGO_PLACEHOLDER = re.compile(
+    r"\{(" + "|".join(GENERATOR_PLACEHOLDERS | VERIFIER_PLACEHOLDERS) + r")\}"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Template:
+    """One prompt template; `render(question=...)` or `render(problem=, solution=, num_steps=)`
+    fills its placeholders (an alias receives the value of its canonical name)."""
+
+    text: str
+    syntax: Syntax = Syntax.TANGO
+
+    @functools.cached_property
+    def _jinja(self) -> Any:  # compiled once per template
+        import jinja2
+
+        return jinja2.Template(self.text, undefined=jinja2.StrictUndefined)
+
+    def render(self, **values: str) -> str:
+        named = {
+            alias: values[name]
+            for alias, name in (GENERATOR_PLACEHOLDERS | VERIFIER_PLACEHOLDERS).items()
+            if name in values
+        }
+        if self.syntax is Syntax.FORMAT:
+            return self.text.format(**named)
+        if self.syntax is Syntax.JINJA2:
+            return self._jinja.render(**named)
+        return _fill(self.text, **named)
+
+
+@dataclasses.dataclass(frozen=True)
+class PromptTemplates:
+    """The templates a run uses, one per role and variant (`PromptTemplates.builtin(style)`, or
+    `template_files.load_templates` for a user's files)."""
+
+    generator_train: Template
+    generator_eval: Template
+    generator_ood: Template
+    verifier_train: Template
+    verifier_eval: Template
+
+    @classmethod
+    def builtin(cls, style: PromptStyle) -> PromptTemplates:
+        generator, verifier = (Template(t) for t in _TEMPLATES[PromptStyle(style)])
+        evaluation = evaluation_variant(generator)
+        return cls(generator, evaluation, evaluation, verifier, verifier)
+
+    def generator(self, variant: Variant) -> Template:
+        return getattr(self, f"generator_{Variant(variant).value}")
+
+    def verifier(self, variant: Variant) -> Template:
+        if variant is Variant.OOD:
+            raise ValueError("the verifier has no out-of-domain template (variants train, eval).")
+        return getattr(self, f"verifier_{Variant(variant).value}")
+
+
+def evaluation_variant(template: Template) -> Template:
+    """The generator's evaluation template: its training one with the word "mathematical "
+    deleted, as the official evaluation sets do (TANGO_SPEC §4.1)."""
+    return dataclasses.replace(template, text=template.text.replace("mathematical ", ""))
+
+
 _TEMPLATES = {
     PromptStyle.FULL: (_GENERATOR_TEMPLATE, _VERIFIER_TEMPLATE),
     PromptStyle.COMPACT: (_GENERATOR_TEMPLATE_COMPACT, _VERIFIER_TEMPLATE_COMPACT),
 }
+_BUILTIN = {s: PromptTemplates.builtin(s) for s in PromptStyle}
 
-_PLACEHOLDER = re.compile(r"\{(question|problem|solution|num_steps)\}")
+# What every render function takes as `style`: a built-in style, or a run's templates.
+Templates = PromptStyle | PromptTemplates
+
+
+def resolve(style: Templates) -> PromptTemplates:
+    return style if isinstance(style, PromptTemplates) else _BUILTIN[PromptStyle(style)]
 
 
 def _fill(template: str, **values: str) -> str:
@@ -136,27 +238,29 @@ def _fill(template: str, **values: str) -> str:
     `{solution}`, `{0}` or unbalanced braces comes through unchanged (str.format would choke on
     it, and chained str.replace calls would substitute inside it).
     """
-    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
+    return _TANGO_PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), template)
 
 
 def render_generator_prompt(
-    question: str, *, evaluation: bool = False, style: PromptStyle = PromptStyle.FULL
+    question: str, *, variant: Variant = Variant.TRAIN, style: Templates = PromptStyle.FULL
 ) -> str:
     """The generator prompt for `question`: instructions, a worked example, then
     `User: {question}` and `Assistant:` on the next line (no trailing space or newline).
 
-    `evaluation=True` gives the variant used for the benchmarks: the same text with the word
-    "mathematical " deleted (the official evaluation sets do this, TANGO_SPEC §4.1).
-    `style=COMPACT`: the short variant of the tiny configs (see `PromptStyle`).
+    `variant=EVAL` (and `OOD`) gives the variant used for the benchmarks: built in, the same
+    text with the word "mathematical " deleted (the official evaluation sets do this,
+    TANGO_SPEC §4.1). `style=COMPACT`: the short variant of the tiny configs (see
+    `PromptStyle`); a `PromptTemplates`: a run's templates (a user's files).
     """
-    template = _TEMPLATES[PromptStyle(style)][0]
-    if evaluation:
-        template = template.replace("mathematical ", "")
-    return _fill(template, question=question)
+    return resolve(style).generator(variant).render(question=question)
 
 
 def render_verifier_prompt(
-    problem: str, solution: str, *, style: PromptStyle = PromptStyle.FULL
+    problem: str,
+    solution: str,
+    *,
+    variant: Variant = Variant.TRAIN,
+    style: Templates = PromptStyle.FULL,
 ) -> str:
     """The verifier prompt for a generator `solution` (its decoded text, special tokens removed)
     to `problem` (the clean question, without the generator template).
@@ -164,7 +268,8 @@ def render_verifier_prompt(
     The prompt tells the verifier the step count K = len(split_steps(solution)); it ends with
     `Your Verification:` and a newline. Truncating it to the verifier's prompt budget is the
     caller's business (the official code right-truncates at 4096 tokens, TANGO_SPEC §10.10).
+    `variant=EVAL`: the template of the verifier's evaluation (built in: the training one).
     """
     num_steps = str(len(split_steps(solution)))
-    template = _TEMPLATES[PromptStyle(style)][1]
-    return _fill(template, problem=problem, solution=solution, num_steps=num_steps)
+    template = resolve(style).verifier(variant)
+    return template.render(problem=problem, solution=solution, num_steps=num_steps)

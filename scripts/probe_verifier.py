@@ -1,0 +1,141 @@
+"""What a verifier checkpoint knows about where the error is, measured without sampling.
+
+    python scripts/probe_verifier.py runs/tiny_arith/sft/verifier
+    python scripts/probe_verifier.py runs/tiny_arith/hf/verifier --items 256
+
+On miniature-ProcessBench solutions (half correct, half with one slip at a known step), the
+verifier is fed the ideal transcript (each step recomputed, as the RECOMPUTE SFT analyses do;
+every earlier judgment CORRECT) with PyTorch/transformers, independently of tango_jax's model
+code, and the script reports:
+
+1. P(INCORRECT) at each step judgment, split by the step's role: the slip itself, steps before
+   it, steps after it, steps of correct solutions. A verifier that checks steps has a high value
+   at the slip and low ones elsewhere; one that has learned only the class prior has the same
+   value everywhere.
+2. P(INCORRECT) of the verdict after all-CORRECT step judgments (a verifier whose verdict follows
+   its step judgments gives ~0 for both kinds of solution).
+3. Linear decodability of "this step is the slip" from each layer's hidden state at the
+   judgment position (a class-balanced logistic regression fitted on half the steps, scored on
+   the other half; 0.5 = not decodable). If the slip is not decodable anywhere, outcome-reward
+   RL has no feature to strengthen.
+
+docs/miniature.md reports what it showed for the tiny models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import numpy as np
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from tango_jax.data import synthetic, synthetic_labels
+from tango_jax.tango import formats, templates
+
+
+def ideal_transcript(solution, config) -> tuple[str, list[str]]:
+    """All-CORRECT RECOMPUTE transcript of `solution` and its per-step analyses."""
+    analyses = [
+        f"Step {i + 1} Analysis: {synthetic_labels._analysis(step, config.verifier_sft_analysis)}."
+        for i, step in enumerate(solution.steps)
+    ]
+    return formats.render_verification([1] * len(analyses), 1, analyses), analyses
+
+
+def fit_balanced_logistic(x_train, y_train, x_test) -> np.ndarray:
+    """Predictions of an L2-regularised logistic regression with the positive class reweighted
+    to balance (LBFGS in PyTorch; no scikit-learn in the stack)."""
+    mu, sd = x_train.mean(0), x_train.std(0) + 1e-6
+    a = torch.tensor((x_train - mu) / sd, dtype=torch.float32)
+    t = torch.tensor(y_train, dtype=torch.float32)
+    w = torch.zeros(a.shape[1], requires_grad=True)
+    b = torch.zeros(1, requires_grad=True)
+    pos_weight = torch.tensor((1 - y_train.mean()) / max(y_train.mean(), 1e-6))
+    opt = torch.optim.LBFGS([w, b], max_iter=500)
+
+    def closure():
+        opt.zero_grad()
+        loss = (
+            torch.nn.functional.binary_cross_entropy_with_logits(
+                a @ w + b, t, pos_weight=pos_weight
+            )
+            + 1e-3 * (w * w).sum()
+        )
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    test = torch.tensor((x_test - mu) / sd, dtype=torch.float32)
+    return ((test @ w + b) > 0).numpy().astype(int)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("checkpoint", help="an HF checkpoint directory of a verifier")
+    p.add_argument("--items", type=int, default=128, help="ProcessBench items per seed (2 seeds)")
+    p.add_argument("--style", default="compact", help="the verifier prompt style of the run")
+    args = p.parse_args()
+
+    tok = AutoTokenizer.from_pretrained(args.checkpoint)
+    model = AutoModelForCausalLM.from_pretrained(args.checkpoint, dtype=torch.float32).eval()
+    config = synthetic.ArithConfig(verifier_sft_analysis=synthetic.VerifierAnalysis.RECOMPUTE)
+    brace = tok.convert_tokens_to_ids("{")
+    correct_id, incorrect_id = (tok.convert_tokens_to_ids(w) for w in ("CORRECT", "INCORRECT"))
+    if tok.unk_token_id in (brace, correct_id, incorrect_id) or correct_id == incorrect_id:
+        raise SystemExit(
+            f"{args.checkpoint}: this probe needs single tokens for '{{', CORRECT and INCORRECT "
+            "(the project's tiny tokenizer); this tokenizer splits them."
+        )
+
+    p_inc: dict[str, list[float]] = {"slip": [], "before": [], "after": [], "correct": []}
+    verdict: dict[str, list[float]] = {"wrong": [], "right": []}
+    features, is_slip = [], []
+    for seed in (0, 1):
+        for s in synthetic_labels.process_bench(config, args.items, seed=seed):
+            prompt = templates.render_verifier_prompt(s.problem.question, s.text, style=args.style)
+            text, _ = ideal_transcript(s, config)
+            a = tok(prompt, add_special_tokens=False)["input_ids"]
+            b = tok(text, add_special_tokens=False)["input_ids"]
+            with torch.no_grad():
+                out = model(torch.tensor([a + b]), output_hidden_states=True)
+            logp = out.logits[0].log_softmax(-1)
+            braces = [len(a) + i for i, t in enumerate(b) if t == brace]
+            judged, final = braces[: len(s.steps)], braces[-1]
+
+            def p_incorrect(pos: int, logp=logp) -> float:
+                li, lc = logp[pos, incorrect_id].item(), logp[pos, correct_id].item()
+                return 1.0 / (1.0 + math.exp(lc - li))
+
+            for k, pos in enumerate(judged):
+                fe = s.first_error
+                role = (
+                    "correct"
+                    if fe is None
+                    else ("slip" if k == fe else ("before" if k < fe else "after"))
+                )
+                p_inc[role].append(p_incorrect(pos))
+                features.append([h[0, pos].numpy() for h in out.hidden_states])
+                is_slip.append(int(fe == k))
+            verdict["right" if s.correct else "wrong"].append(p_incorrect(final))
+
+    print(f"{args.checkpoint}: P(INCORRECT) at a step judgment (ideal transcript)")
+    for role, v in p_inc.items():
+        print(
+            f"  {role:8s} steps: mean {np.mean(v):.3f}, > 0.5 for {np.mean(np.array(v) > 0.5):.3f}"
+        )
+    for kind, v in verdict.items():
+        print(f"  verdict after all-CORRECT judgments, {kind} solutions: {np.mean(v):.3f}")
+    y = np.array(is_slip)
+    half = len(y) // 2
+    print("linear decodability of 'this step is the slip' (balanced accuracy, held-out half)")
+    for layer in range(len(features[0])):
+        x = np.stack([f[layer] for f in features])
+        pred, t = fit_balanced_logistic(x[:half], y[:half], x[half:]), y[half:]
+        tpr, tnr = (pred[t == 1] == 1).mean(), (pred[t == 0] == 0).mean()
+        print(f"  layer {layer}: {(tpr + tnr) / 2:.3f} (slip found {tpr:.2f}, others {tnr:.2f})")
+
+
+if __name__ == "__main__":
+    main()
