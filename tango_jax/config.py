@@ -144,6 +144,10 @@ class RunConfig:
     drift_all_batches: bool = True
     scorer_workers: int = 8  # processes scoring answers (math-verify) under a time limit
     scorer_timeout_s: float = 5.0  # per answer; a pathological one scores 0 and is counted
+    # Collect each step's rollouts during the previous step's update (one step off-policy; off
+    # in the paper). Needs trainer.loss.tis_cap (or use_sampler_logprobs) on every trained
+    # role. Concurrent only when every role samples with vLLM; see tango/overlap.py.
+    overlap_rollouts: bool = False
 
     def __post_init__(self):
         """Derived fields, then the cross-field checks: everything that would otherwise fail
@@ -164,7 +168,14 @@ class RunConfig:
                 check_path(RunConfig, field)
             except ConfigError as e:
                 raise ConfigError(f"config.resume_may_change ({field!r}): {e}") from None
-        checks = (_check_roles, _check_trainers, check_micro_batches, _check_algorithm, _check_data)
+        checks = (
+            _check_roles,
+            _check_trainers,
+            check_micro_batches,
+            _check_algorithm,
+            _check_data,
+            _check_overlap,
+        )
         for check in checks:
             check(self)
 
@@ -228,6 +239,22 @@ def _check_trainers(c: RunConfig) -> None:
                 loss.tis_cap,
                 "must be > 0, and is redundant with use_sampler_logprobs=True (the ratio "
                 "already corrects for the sampler).",
+            )
+
+
+def _check_overlap(c: RunConfig) -> None:
+    """Overlapped rollouts train on samples one update old: the loss must correct for it."""
+    if not c.overlap_rollouts:
+        return
+    for kind in trained_roles(c):
+        loss = c.role(kind).trainer.loss
+        if loss.tis_cap is None and not loss.use_sampler_logprobs:
+            _fail(
+                "overlap_rollouts",
+                True,
+                f"trains the {kind.value} on samples one update old, which needs an importance "
+                f"correction against the sampler's log-probs: set {kind.value}.trainer.loss."
+                "tis_cap (e.g. 2.0) or use_sampler_logprobs=True, or overlap_rollouts=False.",
             )
 
 

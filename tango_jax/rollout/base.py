@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
 
 
@@ -91,6 +92,10 @@ class Completion:
     weight_version: int
 
 
+class WeightsHeldError(RuntimeError):
+    """A sampler needed the trainer's current weights while they were held (`hold_weights`)."""
+
+
 @runtime_checkable
 class Sampler(Protocol):
     """Generates completions and accepts new weights."""
@@ -106,6 +111,12 @@ class Sampler(Protocol):
 
         Returns timing / size metrics of the update (empty for a sampler that shares arrays).
         """
+        ...
+
+    def hold_weights(self) -> AbstractContextManager[None]:
+        """While held, the trainer is updating the model this sampler was last synced from
+        (overlapped rollouts): a `generate` that would need to reload those weights (a
+        restarted server) raises `WeightsHeldError` instead of reading them mid-update."""
         ...
 
     def metrics(self) -> dict[str, float]:

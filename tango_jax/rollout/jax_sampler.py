@@ -19,6 +19,7 @@ Shape legend: B rows (prompts x n, padded), P prompt slots, N new tokens (max_to
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from collections.abc import Sequence
@@ -167,6 +168,11 @@ class JaxSampler:
 
     def close(self) -> None:
         self._compiled.clear()
+
+    def hold_weights(self) -> contextlib.AbstractContextManager[None]:
+        """Nothing to hold: it never reloads weights. (It samples with the trainer's own
+        arrays, so it must not run beside an update at all: the loop runs it before.)"""
+        return contextlib.nullcontext()
 
     def metrics(self) -> dict[str, float]:
         return {}  # in-process: no servers to restart, no requests to retry

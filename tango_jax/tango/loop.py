@@ -14,7 +14,9 @@ Run directory layout:
 Resume: with `resume=True` and a checkpoint in run_dir, the loop restores both trainers, the
 schedule position, the class-balance EMA and the data position; sampling seeds are a function
 of (seed, step), so the following steps reproduce an uninterrupted run's metrics exactly (the
-JAX backend; vLLM's own kernels are not bit-reproducible across restarts).
+JAX backend; vLLM's own kernels are not bit-reproducible across restarts). With
+`overlap_rollouts` the pipeline is drained at every checkpoint step (tango/overlap.py), so the
+same holds.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from tango_jax import preflight
 from tango_jax.checkpoint import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer
 from tango_jax.checkpoint_guards import check_finite, last_good
 from tango_jax.config import RunConfig, enabled_roles, trained_roles
+from tango_jax.config_roles import SamplerBackend
 from tango_jax.data import synthetic_labels
 from tango_jax.data.datasets import StreamPosition
 from tango_jax.data.prompts import DataSource, load_prompts
@@ -39,12 +42,13 @@ from tango_jax.models import save_pretrained
 from tango_jax.tango.class_balance import ClassBalanceState
 from tango_jax.tango.divergence import DivergenceError, GuardAction, divergence_signs
 from tango_jax.tango.evaluation import evaluate
+from tango_jax.tango.overlap import Prefetch
 from tango_jax.tango.process_bench import ProcessItem
 from tango_jax.tango.roles import Role, build_role
 from tango_jax.tango.schedule import Kind
 from tango_jax.tango.scoring_pool import OutcomeScorer
 from tango_jax.tango.sft import initial_path, rl_start_path
-from tango_jax.tango.steps import StepContext, generator_step, verifier_step
+from tango_jax.tango.steps import StepContext, collect, generator_step, verifier_step
 from tango_jax.tracking import wandb_sink
 
 if TYPE_CHECKING:
@@ -210,23 +214,37 @@ class TangoLoop:
         class_state = ClassBalanceState.from_dict(state["class_balance"])
         updates = dict(state["updates"])
         norms = {kind: r.trainer.param_norm() for kind, r in trained.items()}  # before updates
+        ahead: Prefetch | None = None  # the next step's rollouts, collected beside an update
         with Progress("tango steps", total=sched.total_steps - state["step"]) as bar:
             for step in range(state["step"] + 1, sched.total_steps + 1):
                 phase = sched.phase(step)
-                problems = stream.next_batch()
+                problems = ahead.problems if ahead is not None else stream.next_batch()
+                rollouts = ahead.rollouts if ahead is not None else None
+                prefetched = rollouts is not None
+                if rollouts is None:
+                    rollouts = collect(
+                        ctx, problems, global_step=step, phase=phase, timer=self.timer
+                    )
+                ahead = self._prefetch(ctx, step, stream) if self._prefetch_due(step) else None
                 if phase.kind is Kind.GENERATOR:
                     out = generator_step(
                         ctx,
-                        problems,
-                        global_step=step,
+                        rollouts,
                         update_index=updates[Kind.GENERATOR.value] - sched.generator_warmup_steps,
-                        warmup=phase.warmup,
                         timer=self.timer,
+                        during_update=ahead,
                     )
                 else:
                     out, class_state = verifier_step(
-                        ctx, problems, global_step=step, class_state=class_state, timer=self.timer
+                        ctx,
+                        rollouts,
+                        class_state=class_state,
+                        timer=self.timer,
+                        during_update=ahead,
                     )
+                if self.cfg.overlap_rollouts:
+                    out["rollout/prefetched"] = float(prefetched)
+                    out |= ahead.metrics() if ahead is not None else {}
                 role = phase.kind.value
                 updates[role] += 1
                 # Before anything of this step is written or saved: a saved step is a good one.
@@ -291,6 +309,32 @@ class TangoLoop:
             phase.kind is Kind.GENERATOR
             and e.every_generator_steps > 0
             and updates[Kind.GENERATOR.value] % e.every_generator_steps == 0
+        )
+
+    def _prefetch_due(self, step: int) -> bool:
+        """Overlap: the next step is collected beside this step's update, except at the last
+        step and at checkpoint steps (the drain that keeps resume exact, tango/overlap.py)."""
+        return (
+            self.cfg.overlap_rollouts
+            and step < self.schedule.total_steps
+            and not self._save_due(step)
+        )
+
+    def _prefetch(self, ctx: StepContext, step: int, stream) -> Prefetch:
+        """Step `step + 1`'s collection, planned now (its problems taken from the stream).
+        In a background thread when every sampler is a vLLM service; else right before the
+        update (the embedded sampler shares the trainer's arrays and devices)."""
+        nxt, phase = step + 1, self.schedule.phase(step + 1)
+        roles = [r for r in (ctx.generator, ctx.verifier) if r is not None]
+        background = all(r.config.sampler.backend is SamplerBackend.VLLM for r in roles)
+        return Prefetch(
+            nxt,
+            stream.next_batch(),
+            lambda problems, timer: collect(
+                ctx, problems, global_step=nxt, phase=phase, timer=timer
+            ),
+            background=background,
+            samplers=[r.sampler for r in roles] if background else (),
         )
 
     def _save_due(self, step: int) -> bool:

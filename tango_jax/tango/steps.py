@@ -8,6 +8,11 @@ Verifier step: 1 rollout per prompt from the current generator -> its rule-based
 n verifications of each by the current verifier -> verifier rewards -> outcome advantages
 × class weights (EMA of correct/incorrect counts) -> one update of the verifier -> weight sync.
 
+Each step is two halves: `collect` (everything sampled and scored: rollouts, outcome rewards,
+the verifier's judgments) and the update (`generator_step` / `verifier_step`: advantages, one
+update, weight sync). The loop runs them back to back, or, with `overlap_rollouts`, collects
+the next step's rollouts while this step's update runs (tango/overlap.py).
+
 Both return flat metrics with hierarchical names; timings go to `perf/<phase>_s`.
 """
 
@@ -16,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import jax.numpy as jnp
 import numpy as np
@@ -32,6 +38,10 @@ from tango_jax.tango.class_balance import ClassBalanceState, class_weights, upda
 from tango_jax.tango.process_advantages import AlphaScheduleKind, blended_advantages
 from tango_jax.tango.rewards import OutcomeScorer
 from tango_jax.tango.roles import Role
+from tango_jax.tango.schedule import Kind, Phase
+
+if TYPE_CHECKING:
+    from tango_jax.tango.overlap import Prefetch
 
 
 class Purpose(enum.IntEnum):
@@ -129,11 +139,84 @@ def _judge(
     return ver_prompts, judged
 
 
-def _train(role: Role, batch: TrainBatch, timer: PhaseTimer) -> dict[str, float]:
-    """One update of `role` on `batch`, then the weight sync; train/drift/sync metrics."""
+@dataclasses.dataclass(frozen=True)
+class Rollouts:
+    """Everything one global step samples and scores before its update (`collect`).
+
+    G step: `solutions` are the generator's n samples per problem, `judged` the verifier's
+    feedback on them (None in the generator warm-up or without a step term). V step:
+    `solutions` are one generator sample per problem, `judged` the verifier's n judgments of
+    each. Every completion carries the weight version that produced it."""
+
+    step: int
+    phase: Phase
+    problems: Sequence[Problem]
+    prompts: list[Prompt]  # generator prompts [P]
+    solutions: list[feedback.Solution]
+    reward_metrics: dict[str, float]
+    ver_prompts: list[Prompt] | None  # verifier prompts [S], one per solution
+    judged: list[list[feedback.Judgment]] | None  # [S][n]
+
+
+def _uses_feedback(ctx: StepContext, warmup: bool) -> bool:
+    """Whether a G step asks the verifier for feedback (TANGO_SPEC §1.3)."""
+    alg = ctx.cfg.algorithm
+    return (
+        ctx.verifier is not None
+        and not warmup
+        and (alg.step_rewards or alg.ground_truth_weight < 1.0)
+    )
+
+
+def collect(
+    ctx: StepContext, problems: Sequence[Problem], *, global_step: int, phase: Phase, timer
+) -> Rollouts:
+    """The sampling half of global step `global_step`: seeded by (run seed, step, purpose), so
+    it samples the same whenever it runs, given the same weights."""
+    at = dict(global_step=global_step, timer=timer)
+    ver_prompts = judged = None
+    if phase.kind is Kind.GENERATOR:
+        n = ctx.generator.config.rollout.n
+        prompts, solutions, reward_metrics = _sample_and_score(
+            ctx, problems, n, Purpose.GENERATOR_ROLLOUTS, **at
+        )
+        if _uses_feedback(ctx, phase.warmup):
+            nv = ctx.cfg.algorithm.verifications_per_response
+            ver_prompts, judged = _judge(ctx, solutions, nv, Purpose.FEEDBACK, **at)
+    else:
+        prompts, solutions, reward_metrics = _sample_and_score(
+            ctx, problems, 1, Purpose.SOLUTIONS, **at
+        )
+        n = ctx.verifier.config.rollout.n
+        ver_prompts, judged = _judge(ctx, solutions, n, Purpose.VERIFICATIONS, **at)
+    return Rollouts(
+        global_step, phase, problems, prompts, solutions, reward_metrics, ver_prompts, judged
+    )
+
+
+def _lag(role: Role, completions) -> float:
+    """Updates `role` has had since the oldest weights that produced `completions` (0: sampled
+    by the weights being trained; 1: one update behind, the overlapped case)."""
+    versions = [c.weight_version for c in completions]
+    return float(role.version - min(versions)) if versions else 0.0
+
+
+def _train(
+    role: Role, batch: TrainBatch, timer: PhaseTimer, during_update: Prefetch | None = None
+) -> dict[str, float]:
+    """One update of `role` on `batch`, then the weight sync; train/drift/sync metrics.
+
+    `during_update`: the next step's rollouts, collected while the update runs and finished
+    before the sync (a sampler must not receive new weights in the middle of a batch)."""
+    if during_update is not None:
+        with timer("prefetch_wait"):  # a background prefetch only starts here
+            during_update.start()
     with timer("train") as rec:
         metrics, logp = role.trainer.step(batch)
         rec.tokens += int(batch.attention_mask.sum())  # prompt + response tokens processed
+    if during_update is not None:
+        with timer("prefetch_wait"):  # what the update did not hide
+            during_update.join()
     role.version += 1
     with timer("sync"):
         sync = role.sync()
@@ -172,37 +255,33 @@ def _batch(role: Role, prompts, completions, **kw) -> TrainBatch:
 
 def generator_step(
     ctx: StepContext,
-    problems: Sequence[Problem],
+    rollouts: Rollouts,
     *,
-    global_step: int,
     update_index: int,
-    warmup: bool,
     timer: PhaseTimer,
+    during_update: Prefetch | None = None,
 ) -> dict[str, float]:
-    """One generator update. `update_index`: generator updates done before this one, minus the
-    generator warm-up steps (sets α); `warmup`: generator warm-up (rule-based reward only)."""
+    """One generator update on `rollouts` (from `collect`). `update_index`: generator updates
+    done before this one, minus the generator warm-up steps (sets α); `during_update`: the next
+    step's collection, run beside this update (see `_train`)."""
     cfg, gen, ver = ctx.cfg, ctx.generator, ctx.verifier
     alg = cfg.algorithm
     n = gen.config.rollout.n
-    at = dict(global_step=global_step, timer=timer)
-    prompts, solutions, reward_metrics = _sample_and_score(
-        ctx, problems, n, Purpose.GENERATOR_ROLLOUTS, **at
-    )
+    warmup = rollouts.phase.warmup
+    prompts, solutions, judged = rollouts.prompts, rollouts.solutions, rollouts.judged
     completions = [s.completion for s in solutions]
-    metrics = {f"generator/{k}": v for k, v in reward_metrics.items()}
-    use_verifier = (
-        ver is not None and not warmup and (alg.step_rewards or alg.ground_truth_weight < 1.0)
-    )
-    judged = None
-    if use_verifier:
+    metrics = {f"generator/{k}": v for k, v in rollouts.reward_metrics.items()}
+    metrics["generator/policy_lag"] = _lag(gen, completions)
+    if judged is not None:
         nv = alg.verifications_per_response
-        ver_prompts, judged = _judge(ctx, solutions, nv, Purpose.FEEDBACK, **at)
         verdicts = [row[0].verification.verdict for row in judged]
+        feedback_completions = [j.completion for row in judged for j in row]
+        metrics["generator/feedback/verifier_lag"] = _lag(ver, feedback_completions)
         metrics |= _side_drift(
             ctx,
             ver,
-            [p for p in ver_prompts for _ in range(nv)],
-            [j.completion for row in judged for j in row],
+            [p for p in rollouts.ver_prompts for _ in range(nv)],
+            feedback_completions,
             timer,
         )
         metrics |= {
@@ -240,7 +319,7 @@ def generator_step(
         reinforce_pp_baseline=alg.reinforce_pp_baseline,
     )
     batch = dataclasses.replace(batch, advantages=np.asarray(a, np.float32))
-    metrics |= _train(gen, batch, timer)
+    metrics |= _train(gen, batch, timer, during_update)
     mask = batch.response_mask > 0
     metrics |= {
         "generator/reward/mean": float(rewards_b.mean()),
@@ -284,21 +363,19 @@ def _generator_rewards(solutions, judged, alg) -> np.ndarray:
 
 def verifier_step(
     ctx: StepContext,
-    problems: Sequence[Problem],
+    rollouts: Rollouts,
     *,
-    global_step: int,
     class_state: ClassBalanceState,
     timer: PhaseTimer,
+    during_update: Prefetch | None = None,
 ) -> tuple[dict[str, float], ClassBalanceState]:
-    """One verifier update; returns metrics and the updated class-balance EMA."""
+    """One verifier update on `rollouts` (from `collect`); returns metrics and the updated
+    class-balance EMA. `during_update`: as in `generator_step`."""
     cfg, gen, ver = ctx.cfg, ctx.generator, ctx.verifier
     alg = cfg.algorithm
     n = ver.config.rollout.n
-    at = dict(global_step=global_step, timer=timer)
-    prompts, solutions, reward_metrics = _sample_and_score(
-        ctx, problems, 1, Purpose.SOLUTIONS, **at
-    )
-    ver_prompts, judged = _judge(ctx, solutions, n, Purpose.VERIFICATIONS, **at)
+    prompts, solutions, judged = rollouts.prompts, rollouts.solutions, rollouts.judged
+    ver_prompts, reward_metrics = rollouts.ver_prompts, rollouts.reward_metrics
     flat = [j for row in judged for j in row]  # solution-major: rows i*n .. i*n+n-1
     labels = np.repeat([s.correct for s in solutions], n)
     rewards_v = np.asarray([j.reward for j in flat], np.float32)
@@ -322,8 +399,10 @@ def verifier_step(
     )
     batch = dataclasses.replace(batch, advantages=np.asarray(a, np.float32))
     metrics = {f"verifier/solutions/{k}": v for k, v in reward_metrics.items()}
+    metrics["verifier/policy_lag"] = _lag(ver, [j.completion for j in flat])
+    metrics["verifier/solutions/generator_lag"] = _lag(gen, [s.completion for s in solutions])
     metrics |= _side_drift(ctx, gen, prompts, [s.completion for s in solutions], timer)
-    metrics |= _train(ver, batch, timer)
+    metrics |= _train(ver, batch, timer, during_update)
     metrics |= {
         f"verifier/{k}": v
         for k, v in feedback.verdict_metrics(labels, [j.verification.verdict for j in flat]).items()

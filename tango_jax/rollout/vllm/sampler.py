@@ -41,6 +41,7 @@ reported value is log q(t) of the truncated distribution (>= the unfiltered one)
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -50,7 +51,7 @@ from typing import Any
 
 from tango_jax.models.config import ModelConfig
 from tango_jax.models.hf import read_config
-from tango_jax.rollout.base import Completion, Prompt, SamplingParams
+from tango_jax.rollout.base import Completion, Prompt, SamplingParams, WeightsHeldError
 from tango_jax.rollout.vllm.client import (
     VLLMClient,
     VLLMHTTPError,
@@ -109,6 +110,7 @@ class VLLMSampler:
         self.weight_version = initial_version
         self._state: Any = None  # the parameters of the last sync, to re-send after a restart
         self._synced = False
+        self._held = False  # hold_weights(): the trainer is updating the provider's state
         self.stats = {
             "rollout/server_restarts": 0.0,
             "rollout/retried_prompts": 0.0,
@@ -348,8 +350,27 @@ class VLLMSampler:
         if resync and self._synced:  # it restarted from the checkpoint on disk
             self._sync(replica, self._current_state(), self.weight_version, restarts, r)
 
+    @contextlib.contextmanager
+    def hold_weights(self):
+        """Overlapped rollouts: `generate` runs in a background thread while the trainer
+        updates (and donates) the arrays `state_provider` returns. A server that must be sent
+        the current weights meanwhile (it restarted, or serves another version) is restarted
+        but not re-sent them: the call raises `WeightsHeldError`, and the caller collects
+        again after its own sync, which finds the restarted server and sends it the weights."""
+        self._held = True
+        try:
+            yield
+        finally:
+            self._held = False
+
     def _current_state(self) -> Any:
         """The parameters of `weight_version`, to re-send to a restarted server."""
+        if self._held:
+            raise WeightsHeldError(
+                f"a vLLM server needs weights version {self.weight_version} again while the "
+                "trainer is updating them (overlapped rollouts); this batch is collected again "
+                "after the sync."
+            )
         return self._state_provider() if self._state_provider is not None else self._state
 
     def metrics(self) -> dict[str, float]:
