@@ -2,12 +2,28 @@
 # Runs the test suite in .venv (create it first: bash scripts/setup.sh).
 # Extra arguments go to pytest (e.g. -k sampler, -x). Exit status 5 ("no tests collected")
 # is treated as a failure with a clear message, never as a silent pass.
+# Without arguments, tests/test_loop.py (many whole Tango runs) gets its own pytest process:
+# full suites in one process aborted inside it (an XLA abort, cause not found yet).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-.venv/bin/python -m pytest -q "$@"
-rc=$?
-if [ "$rc" -eq 5 ]; then
-  echo "pytest collected no tests (exit 5): check the test paths or -k expression" >&2
-  exit 1
+
+run() {
+  .venv/bin/python -m pytest -q "$@"
+  local rc=$?
+  if [ "$rc" -eq 5 ]; then
+    echo "pytest collected no tests (exit 5): check the test paths or -k expression" >&2
+    return 1
+  fi
+  return "$rc"
+}
+
+if [ "$#" -gt 0 ]; then
+  run "$@"
+  exit $?
 fi
-exit "$rc"
+run --ignore=tests/test_loop.py
+first=$?
+run tests/test_loop.py
+second=$?
+[ "$first" -ne 0 ] && exit "$first"
+exit "$second"
