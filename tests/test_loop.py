@@ -88,6 +88,17 @@ def _comparable(rows):
     ]
 
 
+def _assert_resumed_like(run_dir: Path, copy: Path) -> None:
+    """`copy`, resumed from step 2, wrote run_dir's metrics for steps 3-5 and its final weights."""
+    a, b = read_metrics(run_dir), read_metrics(copy)
+    assert [r["step"] for r in b] == [0, 1, 2, 3, 4, 5]
+    assert _comparable(b[3:]) == _comparable(a[3:])
+    for role in ("generator", "verifier"):
+        wa, wb = _weights(run_dir / "hf" / role), _weights(copy / "hf" / role)
+        for k in wa:
+            np.testing.assert_array_equal(wa[k], wb[k], err_msg=f"{role} {k}")
+
+
 @pytest.fixture(scope="module")
 def jax_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("run") / "a"
@@ -165,13 +176,7 @@ def test_resume_reproduces_the_uninterrupted_run(jax_run, tmp_path):
     shutil.rmtree(copy / "hf")
     cfg = _short_config(copy)
     _loop(cfg).run()
-    a, b = read_metrics(run_dir), read_metrics(copy)
-    assert [r["step"] for r in b] == [0, 1, 2, 3, 4, 5]
-    assert _comparable(b[3:]) == _comparable(a[3:])
-    for role in ("generator", "verifier"):
-        wa, wb = _weights(run_dir / "hf" / role), _weights(copy / "hf" / role)
-        for k in wa:
-            np.testing.assert_array_equal(wa[k], wb[k], err_msg=f"{role} {k}")
+    _assert_resumed_like(run_dir, copy)
 
 
 _CHILD_RUN = """
@@ -224,13 +229,7 @@ def test_kill_9_during_a_checkpoint_save_then_resume_reproduces_the_run(jax_run,
         [sys.executable, "-c", _CHILD_RUN, str(tests), str(copy)], capture_output=True, text=True
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    a, b = read_metrics(run_dir), read_metrics(copy)
-    assert [r["step"] for r in b] == [0, 1, 2, 3, 4, 5]
-    assert _comparable(b[3:]) == _comparable(a[3:])
-    for role in ("generator", "verifier"):
-        wa, wb = _weights(run_dir / "hf" / role), _weights(copy / "hf" / role)
-        for k in wa:
-            np.testing.assert_array_equal(wa[k], wb[k], err_msg=f"{role} {k}")
+    _assert_resumed_like(run_dir, copy)
 
 
 def test_resume_falls_back_from_a_damaged_checkpoint(request, tmp_path):

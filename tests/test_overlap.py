@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from safetensors.numpy import load_file
+from test_loop import _comparable, _weights
 
 from tango_jax.config import load_run_config, sibling_config
 from tango_jax.config_types import ConfigError
@@ -65,24 +65,6 @@ def _config(
     c.checkpoint.export_hf_at_end = True
     c.overlap_rollouts = overlap
     return load_run_config(c)
-
-
-def _weights(path: Path) -> dict[str, np.ndarray]:
-    return {k: v for f in sorted(path.glob("*.safetensors")) for k, v in load_file(str(f)).items()}
-
-
-def _comparable(rows):
-    """Metric lines without wall-clock quantities (as tests/test_loop.py compares them)."""
-    return [
-        {
-            k: v
-            for k, v in r.items()
-            if k != "time"
-            and "perf/" not in k
-            and not k.endswith(("_s", "seconds", "tokens_per_s", "gbps"))
-        }
-        for r in rows
-    ]
 
 
 def _run(cfg) -> list[dict]:
