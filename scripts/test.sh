@@ -2,8 +2,9 @@
 # Runs the test suite in .venv (create it first: bash scripts/setup.sh).
 # Extra arguments go to pytest (e.g. -k sampler, -x). Exit status 5 ("no tests collected")
 # is treated as a failure with a clear message, never as a silent pass.
-# Without arguments, tests/test_loop.py (many whole Tango runs) gets its own pytest process:
-# full suites in one process aborted inside it (an XLA abort, cause not found yet).
+# Without arguments, tests/test_loop.py (many whole Tango runs, vLLM servers, killed children)
+# gets its own pytest process, with fd-level capture off (--capture=sys) so that a C++ fatal
+# message (XLA's LOG(FATAL) before an abort) reaches the log instead of a lost capture file.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,7 +24,7 @@ if [ "$#" -gt 0 ]; then
 fi
 run --ignore=tests/test_loop.py
 first=$?
-run tests/test_loop.py
+run --capture=sys tests/test_loop.py
 second=$?
 [ "$first" -ne 0 ] && exit "$first"
 exit "$second"

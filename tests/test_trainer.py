@@ -282,3 +282,41 @@ def test_errors_name_the_field():
         trainer.step(_batch())
     with pytest.raises(ValueError, match="kl_coef > 0 needs a ref_model"):
         Trainer(_model(0), TrainerConfig(), mesh=_mesh1())
+
+
+_PARAM_NORM_BURST = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import conftest  # 8 simulated devices
+import numpy as np
+from tango_jax.parallel.mesh import MeshConfig, make_mesh
+from tango_jax.rl.train_step import TrainerConfig, tree_norm
+from tango_jax.rl.trainer import Trainer
+import test_trainer as t
+
+mesh = make_mesh(MeshConfig(1, 4, 2))
+trainer = Trainer(t._model(0, mesh), TrainerConfig(), mesh=mesh, ref_model=t._model(1, mesh))
+norms = {trainer.param_norm() for _ in range(300)}
+assert len(norms) == 1, norms
+np.testing.assert_allclose(norms.pop(), float(tree_norm(trainer.params)), rtol=1e-6)
+print("ok")
+"""
+
+
+def test_param_norm_in_a_burst_on_8_devices_does_not_deadlock():
+    """300 calls in a row on an fsdp x tensor mesh of 8 simulated devices. Computed eagerly,
+    the norm was ~100 tiny programs with a collective each per call, and such a burst deadlocks
+    XLA's asynchronous CPU dispatch within seconds (the process aborts at the rendezvous
+    timeout after 40 s). Runs in a child process so that a regression fails this test only."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tests = Path(__file__).resolve().parent
+    child = subprocess.run(
+        [sys.executable, "-c", _PARAM_NORM_BURST, str(tests)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert child.returncode == 0 and "ok" in child.stdout, child.stderr[-3000:]

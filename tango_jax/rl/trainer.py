@@ -35,6 +35,8 @@ from tango_jax.rl.train_step import (
     tree_norm,
 )
 
+_jit_tree_norm = jax.jit(tree_norm)
+
 
 def optimizer_shardings(tx, params, param_shardings, mesh: Mesh):
     """Shardings of `tx`'s state: every params-shaped part (AdamW's mu and nu) sharded as the
@@ -187,8 +189,13 @@ class Trainer:
         return out, fetch(logp)
 
     def param_norm(self) -> float:
-        """The parameters' global norm (float32), as a step's `param_norm` metric reports it."""
-        return float(tree_norm(self.params))
+        """The parameters' global norm (float32), as a step's `param_norm` metric reports it.
+
+        One jitted program: computed eagerly, it was a burst of ~100 tiny programs with a
+        collective each, and on many simulated CPU devices such a burst can deadlock XLA's
+        asynchronous CPU dispatch (participants of one all-reduce stuck behind the per-device
+        in-flight limit; the process aborts at the rendezvous timeout)."""
+        return float(_jit_tree_norm(self.params))
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint needs to resume this trainer exactly."""
