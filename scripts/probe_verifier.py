@@ -82,11 +82,21 @@ def main() -> None:
         choices=[a.value for a in synthetic.VerifierAnalysis],
         help="the ideal transcript's step analyses (the run's data.arith.verifier_sft_analysis)",
     )
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=3,
+        help="steps per ProcessBench problem (1: the one-step checks of verifier_sft_one_step)",
+    )
     args = p.parse_args()
 
     tok = AutoTokenizer.from_pretrained(args.checkpoint)
     model = AutoModelForCausalLM.from_pretrained(args.checkpoint, dtype=torch.float32).eval()
-    config = synthetic.ArithConfig(verifier_sft_analysis=synthetic.VerifierAnalysis(args.analysis))
+    config = synthetic.ArithConfig(
+        verifier_sft_analysis=synthetic.VerifierAnalysis(args.analysis),
+        min_steps=args.steps,
+        max_steps=args.steps,
+    )
     brace = tok.convert_tokens_to_ids("{")
     correct_id, incorrect_id = (tok.convert_tokens_to_ids(w) for w in ("CORRECT", "INCORRECT"))
     if tok.unk_token_id in (brace, correct_id, incorrect_id) or correct_id == incorrect_id:

@@ -189,11 +189,6 @@ test_loop._loop(test_loop._short_config(Path(sys.argv[2]))).run()
 """
 
 
-@pytest.mark.skipif(
-    os.environ.get("TANGO_JAX_CRASH_PROBES") != "1",
-    reason="opt-in (TANGO_JAX_CRASH_PROBES=1): three fresh-clone suites with it aborted inside "
-    "later tests of this module (XLA, cause not found yet); it passes on its own",
-)
 def test_kill_9_during_a_checkpoint_save_then_resume_reproduces_the_run(jax_run, tmp_path):
     """The run (resumed from step 2 in a child process) is killed with SIGKILL the moment its
     step-4 checkpoint starts to appear on disk, i.e. during the save; resuming the same run

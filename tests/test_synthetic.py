@@ -400,3 +400,52 @@ def test_fact_checks_in_the_verifier_sft_are_true_statements_about_other_equatio
     # the transcripts are those of the fact-free set at the same indices
     plain = L.verifier_sft_examples(CONFIG, 600, seed=4)
     assert all(e in plain for e in transcripts)
+
+
+def test_one_step_problems_in_the_verifier_sft_carry_their_outcome_label():
+    """verifier_sft_one_step: that share of the verifier SFT examples verify a one-step
+    solution (right or slipped) in the usual transcript format, whose only step judgment and
+    verdict are its outcome label; the other examples are unchanged, and they mix with facts."""
+    config = dataclasses.replace(
+        CONFIG,
+        verifier_sft_one_step=0.4,
+        verifier_sft_labels=S.VerifierLabels.RANDOM_STEP,
+        verifier_sft_analysis=S.VerifierAnalysis.RECOMPUTE,
+    )
+    examples = L.verifier_sft_examples(config, 600, seed=5)
+
+    def problem(e):
+        return L.parse_question(re.search(r"Start with .*? What is the result\?", e.prompt)[0])
+
+    one = [e for e in examples if len(problem(e).ops) == 1]
+    assert abs(len(one) / len(examples) - 0.4) < 0.07  # binomial sd 0.02
+    labels = []
+    for e in one:
+        parsed = F.parse_verification(e.response)
+        assert parsed.step_judgments == ((1,) if e.correct else (-1,))
+        assert parsed.verdict == (F.CORRECT if e.correct else F.INCORRECT)
+        labels.append(e.correct)
+    assert 0.35 < sum(labels) / len(labels) < 0.65
+    base = dataclasses.replace(config, verifier_sft_one_step=0.0)
+    plain = L.verifier_sft_examples(base, 600, seed=5)
+    assert all(e in plain for e in examples if e not in one)
+    mixed = L.verifier_sft_examples(
+        dataclasses.replace(config, verifier_sft_facts=0.3), 600, seed=5
+    )
+    facts = [e for e in mixed if e.prompt.startswith("Is this equation right?")]
+    assert 0.2 < len(facts) / 600 < 0.4
+    with pytest.raises(ValueError, match="verifier_sft_facts \\+ verifier_sft_one_step <= 1"):
+        dataclasses.replace(config, verifier_sft_facts=0.7)
+
+
+def test_fact_checks_write_the_recomputation_before_the_label_with_a_recompute_analysis():
+    """With RECOMPUTE transcripts, a fact check's response recomputes the equation's left side
+    (its right value, whatever the prompt says) before the label, as a step analysis does."""
+    config = dataclasses.replace(
+        CONFIG, verifier_sft_facts=1.0, verifier_sft_analysis=S.VerifierAnalysis.RECOMPUTE
+    )
+    for e in L.verifier_sft_examples(config, 50, seed=6):
+        a, symbol, o, v = S.STEP.fullmatch(e.prompt.splitlines()[1]).groups()
+        right = S.apply_op(S.OP_OF_SYMBOL[symbol], int(a), int(o))
+        label = "CORRECT" if right == int(v) else "INCORRECT"
+        assert e.response == f"Analysis: {a} {symbol} {o} = {right}. \\boxed{{{label}}}"

@@ -121,6 +121,13 @@ class ArithConfig:
     # the steps of a verified solution: arithmetic knowledge (what a pretrained verifier brings),
     # not step labels of the transcripts (docs/miniature.md).
     verifier_sft_facts: float = 0.0
+    # Verifier SFT: share of examples about one-step problems ("Start with 12. Multiply by 3."),
+    # solved right or with a slip, in the usual transcript format. Still outcome labels only:
+    # with a single step, the outcome is that step's truth, so these teach the check of one
+    # step (what a pretrained verifier brings) without any step label on a K-step solution.
+    # With a RECOMPUTE analysis the 2-layer models learn that check; without an analysis they
+    # do not (docs/miniature.md).
+    verifier_sft_one_step: float = 0.0
 
     def __post_init__(self):
         checks = [
@@ -134,6 +141,11 @@ class ArithConfig:
             (0.0 <= self.slip_fraction <= 1.0, "0 <= slip_fraction <= 1"),
             (0.0 <= self.verifier_correct_fraction <= 1.0, "0 <= verifier_correct_fraction <= 1"),
             (0.0 <= self.verifier_sft_facts <= 1.0, "0 <= verifier_sft_facts <= 1"),
+            (0.0 <= self.verifier_sft_one_step <= 1.0, "0 <= verifier_sft_one_step <= 1"),
+            (
+                self.verifier_sft_facts + self.verifier_sft_one_step <= 1.0,
+                "verifier_sft_facts + verifier_sft_one_step <= 1",
+            ),
         ]
         for ok, rule in checks:
             if not ok:
@@ -157,6 +169,10 @@ class Draws:
 
     def choice(self, options):
         return options[self.below(len(options))]
+
+    def uniform(self) -> float:
+        """A float in [0, 1): `uniform() < p` is exactly `chance(p)` for the same draw."""
+        return self.below(1 << 53) / (1 << 53)
 
     def chance(self, p: float) -> bool:
         return self.below(1 << 53) < p * (1 << 53)

@@ -142,15 +142,21 @@ def verifier_sft_examples(
 ) -> list[SFTExample]:
     """`n` (verifier prompt, outcome-only transcript) pairs from the training split;
     `verifier_correct_fraction` of the verified solutions are correct, the rest have one slip.
-    `style`: the prompt template, the one the RL prompts use."""
+    `verifier_sft_facts` of them are one-equation fact checks instead and `verifier_sft_one_step`
+    are about one-step problems (one draw per example decides which). `style`: the prompt
+    template, the one the RL prompts use."""
+    # one-step problems from every value a later step can start from, not only the start values
+    one_step = dataclasses.replace(config, min_steps=1, max_steps=1, start_max=config.value_max)
     out = []
     for i in range(n):
-        if config.verifier_sft_facts and Draws("sft-verifier-fact", seed, i).chance(
-            config.verifier_sft_facts
-        ):
+        kind = Draws("sft-verifier-fact", seed, i).uniform()
+        if kind < config.verifier_sft_facts:
             out.append(fact_example(config, i, seed=seed))
             continue
-        problem = problem_at(config, i, seed=seed, purpose="sft-verifier")
+        if kind < config.verifier_sft_facts + config.verifier_sft_one_step:
+            problem = problem_at(one_step, i, seed=seed, purpose="sft-verifier-one-step")
+        else:
+            problem = problem_at(config, i, seed=seed, purpose="sft-verifier")
         correct = Draws("sft-verifier-slip", seed, i).chance(config.verifier_correct_fraction)
         solution = reference_solution(problem) if correct else slipped_solution(problem, seed=seed)
         prompt = templates.render_verifier_prompt(problem.question, solution.text, style=style)
@@ -175,9 +181,12 @@ def fact_example(config: ArithConfig, i: int, *, seed: int) -> SFTExample:
     true = draws.chance(0.5)
     equation = right if true else f"{a_op_o} = {draws.choice(wrong)}"
     label = "CORRECT" if true else "INCORRECT"
-    return SFTExample(
-        FACT_PROMPT.format(equation=equation), f"\\boxed{{{label}}}", true, problem.id
-    )
+    response = f"\\boxed{{{label}}}"
+    if config.verifier_sft_analysis in (VerifierAnalysis.RECOMPUTE, VerifierAnalysis.COMPARE):
+        # the check written out before the label, as in the transcripts: without it the tiny
+        # models do not learn to judge an equation at all (docs/miniature.md)
+        response = f"Analysis: {_analysis(equation, config.verifier_sft_analysis)}. {response}"
+    return SFTExample(FACT_PROMPT.format(equation=equation), response, true, problem.id)
 
 
 # --------------------------------------------------------------------------------------------
