@@ -50,6 +50,13 @@ def optimizer_shardings(tx, params, param_shardings, mesh: Mesh):
     )
 
 
+# One program for the whole tree. With arrays that span processes (jax.distributed), eager
+# jnp ops are one program with collectives each; the chain of them over a restored trainer's
+# leaves deadlocked two gloo processes (twice in two tries; tests/test_distributed.py), one
+# jitted reduction does not.
+_global_norm = jax.jit(tree_norm)
+
+
 class Trainer:
     """Owns one model's parameters, optimizer state and compiled step.
 
@@ -188,7 +195,7 @@ class Trainer:
 
     def param_norm(self) -> float:
         """The parameters' global norm (float32), as a step's `param_norm` metric reports it."""
-        return float(tree_norm(self.params))
+        return float(_global_norm(self.params))
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint needs to resume this trainer exactly."""
