@@ -5,6 +5,11 @@ reward, trainer step with KL) on a mesh of 8 devices, in one process or split ov
 by `jax.distributed` with gloo collectives. The two layouts must sample the same tokens and
 give the same metrics, and a checkpoint written by either resumes in the other (the two
 processes also agree to set aside a damaged newer step and fall back to the good one).
+
+The real command, `python -m tango_jax.train --config configs/tiny_arith.py` with
+tests/test_loop.py's shortened config as `--config.*` flags, runs the same way: 1 x 8 and 2 x 4
+(its `distributed.*` fields) write the same metrics.jsonl, SFT logs and final weights, and each
+run's step-1 checkpoint resumes in the other layout to the same later steps.
 """
 
 from __future__ import annotations
@@ -56,11 +61,15 @@ def _run(tmp: Path, name: str, processes: int, *extra: str) -> list[dict]:
     return [json.loads(o.read_text()) for o in outs]
 
 
-def _env(local_devices: int) -> dict[str, str]:
-    """This environment, with `local_devices` simulated CPU devices for a child process."""
+def _env(local_devices: int, compile_cache: Path | None = None) -> dict[str, str]:
+    """This environment, with `local_devices` simulated CPU devices for a child process (and
+    JAX's persistent compilation cache in `compile_cache`)."""
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
     env["JAX_PLATFORMS"] = "cpu"
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={local_devices}"
+    if compile_cache is not None:
+        env["JAX_COMPILATION_CACHE_DIR"] = str(compile_cache)
+        env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.2"
     return env
 
 
@@ -179,7 +188,8 @@ def _train_flags(run_dir: Path) -> list[str]:
 def _train(run_dir: Path, processes: int) -> list[subprocess.Popen]:
     """Starts `python -m tango_jax.train` on 8 simulated CPU devices split over `processes`
     processes (the config's distributed.* fields, gloo between processes); logs beside
-    run_dir."""
+    run_dir. The runs in one directory share JAX's compilation cache: a resumed run loads the
+    programs its layout's first run compiled (most of a run's time here is compiling)."""
     cmd = [sys.executable, "-m", "tango_jax.train", f"--config={ROOT / 'configs/tiny_arith.py'}"]
     cmd += _train_flags(run_dir)
     port = _free_port()
@@ -199,7 +209,7 @@ def _train(run_dir: Path, processes: int) -> list[subprocess.Popen]:
             subprocess.Popen(
                 [*cmd, *extra],
                 cwd=ROOT,
-                env=_env(8 // processes),
+                env=_env(8 // processes, run_dir.parent / "compile_cache"),
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
@@ -227,11 +237,8 @@ def _wait(procs: list[subprocess.Popen], logs: list[Path]) -> None:
         assert p.returncode == 0, f"{log} (rc {p.returncode}):\n" + log.read_text()[-4000:]
 
 
-def _run_all(jobs: dict[Path, int]) -> None:
-    """Runs the jobs (run_dir: number of processes) at the same time; waits for all."""
-    started = {run_dir: _train(run_dir, n) for run_dir, n in jobs.items()}
-    for run_dir, procs in started.items():
-        _wait(procs, [Path(f"{run_dir}-{i}.log") for i in range(len(procs))])
+def _logs(run_dir: Path, processes: int) -> list[Path]:
+    return [Path(f"{run_dir}-{i}.log") for i in range(processes)]
 
 
 def _assert_same_rows(a: list[dict], b: list[dict]) -> None:
@@ -284,7 +291,23 @@ def test_the_train_command_in_two_processes_matches_one_and_resumes_across(tmp_p
     Then each run, cut back to its step-1 checkpoint, resumes in the other layout and writes
     the uninterrupted run's steps 2 and 3."""
     one, two = tmp_path / "one", tmp_path / "two"
-    _run_all({one: 1, two: 2})
+    one_in_two, two_in_one = tmp_path / "one_in_two", tmp_path / "two_in_one"
+    # Each resume starts as soon as its run has finished (the 1-process run finishes first).
+    started = {one: _train(one, 1), two: _train(two, 2)}
+    try:
+        _wait(started[one], _logs(one, 1))
+        _crashed_after_step_1(one, one_in_two)
+        started[one_in_two] = _train(one_in_two, 2)
+        _wait(started[two], _logs(two, 2))
+        _crashed_after_step_1(two, two_in_one)
+        started[two_in_one] = _train(two_in_one, 1)
+        for run_dir in (one_in_two, two_in_one):
+            _wait(started[run_dir], _logs(run_dir, len(started[run_dir])))
+    finally:  # a failure leaves no process behind
+        for p in (p for procs in started.values() for p in procs if p.poll() is None):
+            p.kill()
+            p.wait()
+
     rows = read_metrics(one)
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
     assert [r["phase"] for r in rows[1:]] == ["generator", "verifier", "generator"]
@@ -297,12 +320,8 @@ def test_the_train_command_in_two_processes_matches_one_and_resumes_across(tmp_p
         _assert_same_rows(sft_one, read_metrics(two / "sft_logs" / role))
     _assert_same_weights(one, two)
 
-    one_in_two, two_in_one = tmp_path / "one_in_two", tmp_path / "two_in_one"
-    _crashed_after_step_1(one, one_in_two)
-    _crashed_after_step_1(two, two_in_one)
-    _run_all({one_in_two: 2, two_in_one: 1})
-    for uninterrupted, resumed in ((one, one_in_two), (two, two_in_one)):
-        rows = read_metrics(resumed)
+    for uninterrupted, copy in ((one, one_in_two), (two, two_in_one)):
+        rows = read_metrics(copy)
         assert [r["step"] for r in rows] == [0, 1, 2, 3]
         _assert_same_rows(read_metrics(uninterrupted)[2:], rows[2:])
-        _assert_same_weights(uninterrupted, resumed)
+        _assert_same_weights(uninterrupted, copy)
