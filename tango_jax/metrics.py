@@ -86,6 +86,17 @@ def _read_lines(path: Path) -> list[dict]:
     return rows
 
 
+class NoMetrics:
+    """The metrics writer of trainer processes other than 0 (jax.distributed): they compute
+    the same metrics, process 0 alone writes them."""
+
+    def write(self, step, metrics, *, phase=None) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class MetricsWriter:
     """Appends one JSON line per step to `run_dir/metrics.jsonl` and mirrors it to TensorBoard.
 

@@ -56,6 +56,9 @@ RESUME_MAY_CHANGE: tuple[str, ...] = (
     "divergence",  # when to stop: e.g. action=warn to go on past a stop
     "eval",
     "checkpoint",
+    # how the trainer processes join (each process has its own process_id; a run saved by N
+    # processes resumes in M): the layout, not the computation, which `mesh` fixes
+    "distributed",
     *(f"{k.value}.sampler.vllm.{f}" for k in Kind for f in (*_VLLM_CLIENT, "verify_after_sync")),
 )
 

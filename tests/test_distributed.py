@@ -5,6 +5,11 @@ reward, trainer step with KL) on a mesh of 8 devices, in one process or split ov
 by `jax.distributed` with gloo collectives. The two layouts must sample the same tokens and
 give the same metrics, and a checkpoint written by either resumes in the other (the two
 processes also agree to set aside a damaged newer step and fall back to the good one).
+
+The real command, `python -m tango_jax.train --config configs/tiny_arith.py` with
+tests/test_loop.py's shortened config as `--config.*` flags, runs the same way: 1 x 8 and 2 x 4
+(its `distributed.*` fields) write the same metrics.jsonl, SFT logs and final weights, and each
+run's step-1 checkpoint resumes in the other layout to the same later steps.
 """
 
 from __future__ import annotations
@@ -16,11 +21,15 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tango_jax.config import load_run_config, sibling_config
+from tango_jax.config_types import to_dict
+from tango_jax.metrics import read_metrics
 from tango_jax.parallel.distributed import DistributedConfig, fetch, put
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
@@ -50,6 +59,18 @@ def _run(tmp: Path, name: str, processes: int, *extra: str) -> list[dict]:
             rc = proc.wait(timeout=TIMEOUT_S)
             assert rc == 0, (tmp / f"{name}-{pid}.log").read_text()[-3000:]
     return [json.loads(o.read_text()) for o in outs]
+
+
+def _env(local_devices: int, compile_cache: Path | None = None) -> dict[str, str]:
+    """This environment, with `local_devices` simulated CPU devices for a child process (and
+    JAX's persistent compilation cache in `compile_cache`)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    env["JAX_PLATFORMS"] = "cpu"
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={local_devices}"
+    if compile_cache is not None:
+        env["JAX_COMPILATION_CACHE_DIR"] = str(compile_cache)
+        env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.2"
+    return env
 
 
 def _same_step(a: dict, b: dict) -> None:
@@ -123,3 +144,184 @@ def test_put_fetch_round_trip_on_one_process():
     arr = put(x, NamedSharding(mesh, P(("data", "fsdp"))))
     assert len(arr.addressable_shards) == jax.device_count()
     np.testing.assert_array_equal(fetch({"x": arr})["x"], x)
+
+
+# --- the real loop: `python -m tango_jax.train` as 1 x 8 and as 2 x 4 ------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _flag(value) -> str:
+    return str(value)  # every field that differs below is a bool, int, float or str
+
+
+def _train_flags(run_dir: Path) -> list[str]:
+    """The real command's `--config.*` flags for tests/test_loop.py's shortened tiny config
+    (`_short_config`: the fields where it differs from configs/tiny_arith.py), cut further to
+    three RL steps G, V, G (a cycle of one generator and one verifier step, no warm-up),
+    evaluation before training and at the end only, on fewer process-bench items, and a
+    checkpoint after every step."""
+    from test_loop import CONFIGS, _short_config
+
+    def flat(tree: dict, prefix: str = "") -> dict:
+        out = {}
+        for k, v in tree.items():
+            out |= flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v}
+        return out
+
+    tiny = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config()
+    base = flat(to_dict(load_run_config(tiny)))
+    short = flat(to_dict(_short_config(run_dir, total_steps=3)))
+    fields = {k: v for k, v in short.items() if base[k] != v}
+    fields |= {
+        "schedule.verifier_warmup_steps": 0,
+        "schedule.n_generator_steps": 1,
+        "schedule.n_verifier_steps": 1,
+        "eval.every_generator_steps": 0,
+        "eval.sampled_n": 1,
+        "eval.process_bench_size": 8,
+        "checkpoint.every_steps": 1,
+    }
+    return [f"--config.{k}={_flag(v)}" for k, v in fields.items()]
+
+
+def _train(run_dir: Path, processes: int) -> list[subprocess.Popen]:
+    """Starts `python -m tango_jax.train` on 8 simulated CPU devices split over `processes`
+    processes (the config's distributed.* fields, gloo between processes); logs beside
+    run_dir. The runs in one directory share JAX's compilation cache: a resumed run loads the
+    programs its layout's first run compiled (most of a run's time here is compiling)."""
+    cmd = [sys.executable, "-m", "tango_jax.train", f"--config={ROOT / 'configs/tiny_arith.py'}"]
+    cmd += _train_flags(run_dir)
+    port = _free_port()
+    procs = []
+    for pid in range(processes):
+        extra = []
+        if processes > 1:
+            extra = [
+                "--config.distributed.enable=True",
+                f"--config.distributed.coordinator_address=127.0.0.1:{port}",
+                f"--config.distributed.num_processes={processes}",
+                f"--config.distributed.process_id={pid}",
+                "--config.distributed.initialization_timeout_s=120",
+            ]
+        log = open(f"{run_dir}-{pid}.log", "w")  # noqa: SIM115 (closed with the process)
+        procs.append(
+            subprocess.Popen(
+                [*cmd, *extra],
+                cwd=ROOT,
+                env=_env(8 // processes, run_dir.parent / "compile_cache"),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        )
+        log.close()
+    return procs
+
+
+def _wait(procs: list[subprocess.Popen], logs: list[Path]) -> None:
+    """Waits for every process; the first failure kills the others (they would wait for it in
+    a collective) and fails the test with its log."""
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        while any(p.poll() is None for p in procs):
+            failed = [i for i, p in enumerate(procs) if p.returncode not in (None, 0)]
+            if failed or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, log in zip(procs, logs, strict=True):
+        assert p.returncode == 0, f"{log} (rc {p.returncode}):\n" + log.read_text()[-4000:]
+
+
+def _logs(run_dir: Path, processes: int) -> list[Path]:
+    return [Path(f"{run_dir}-{i}.log") for i in range(processes)]
+
+
+def _assert_same_rows(a: list[dict], b: list[dict]) -> None:
+    """The same metric lines, key for key, every value to float-rounding tolerance; wall-clock
+    quantities are left out (test_loop._comparable: `time`, `perf/*`, `*_s`, ...): they are the
+    only values that may legitimately differ between the layouts."""
+    from test_loop import _comparable
+
+    a, b = _comparable(a), _comparable(b)
+    assert [r["step"] for r in a] == [r["step"] for r in b]
+    for ra, rb in zip(a, b, strict=True):
+        assert ra.keys() == rb.keys(), (ra["step"], ra.keys() ^ rb.keys())
+        for k, va in ra.items():
+            if isinstance(va, str):
+                assert rb[k] == va, (ra["step"], k)
+            else:
+                np.testing.assert_allclose(
+                    rb[k], va, rtol=1e-5, atol=1e-6, err_msg=f"step {ra['step']} {k}"
+                )
+
+
+def _assert_same_weights(a: Path, b: Path) -> None:
+    """The final weights (hf/<role>) of run b are run a's: per tensor, the difference is below
+    0.1% of what RL changed in it (Adam divides each gradient by its own running size, so
+    gradients that are float noise in both runs move a weight by up to ~lr either way; the
+    two layouts' final weights were 0.0072% (generator) and 0.022% (verifier) apart)."""
+    from test_loop import _weights
+
+    for role in ("generator", "verifier"):
+        start = _weights(a / "sft" / role)
+        wa, wb = _weights(a / "hf" / role), _weights(b / "hf" / role)
+        assert wa.keys() == wb.keys() == start.keys()
+        for k in wa:
+            moved = np.linalg.norm(wa[k] - start[k])
+            assert np.linalg.norm(wb[k] - wa[k]) <= 1e-3 * moved + 1e-7, (role, k, moved)
+
+
+def _crashed_after_step_1(run_dir: Path, copy: Path) -> None:
+    """A copy of the run as a crash right after step 1's checkpoint would have left it."""
+    shutil.copytree(run_dir, copy)
+    for name in ("2", "3"):
+        shutil.rmtree(copy / "checkpoints" / name)
+    shutil.rmtree(copy / "hf")
+
+
+def test_the_train_command_in_two_processes_matches_one_and_resumes_across(tmp_path):
+    """`python -m tango_jax.train` on the tiny config (SFT of both models, evaluation, the RL
+    steps G, V, G, checkpoints, HF export) as 1 process x 8 devices and as 2 processes x 4
+    devices: the same metrics.jsonl (written by process 0) and SFT logs, and final weights.
+    Then each run, cut back to its step-1 checkpoint, resumes in the other layout and writes
+    the uninterrupted run's steps 2 and 3."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    one_in_two, two_in_one = tmp_path / "one_in_two", tmp_path / "two_in_one"
+    # Each resume starts as soon as its run has finished (the 1-process run finishes first).
+    started = {one: _train(one, 1), two: _train(two, 2)}
+    try:
+        _wait(started[one], _logs(one, 1))
+        _crashed_after_step_1(one, one_in_two)
+        started[one_in_two] = _train(one_in_two, 2)
+        _wait(started[two], _logs(two, 2))
+        _crashed_after_step_1(two, two_in_one)
+        started[two_in_one] = _train(two_in_one, 1)
+        for run_dir in (one_in_two, two_in_one):
+            _wait(started[run_dir], _logs(run_dir, len(started[run_dir])))
+    finally:  # a failure leaves no process behind
+        for p in (p for procs in started.values() for p in procs if p.poll() is None):
+            p.kill()
+            p.wait()
+
+    rows = read_metrics(one)
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]
+    assert [r["phase"] for r in rows[1:]] == ["generator", "verifier", "generator"]
+    assert "eval/generator/accuracy" in rows[0] and "eval/verifier/step_f1" in rows[3]
+    assert len({r.get("generator/train/loss") for r in rows[1::2]}) == 2  # the model moves
+    _assert_same_rows(rows, read_metrics(two))
+    for role in ("generator", "verifier"):
+        sft_one = read_metrics(one / "sft_logs" / role)
+        assert [r["step"] for r in sft_one] == [1, 2, 3]
+        _assert_same_rows(sft_one, read_metrics(two / "sft_logs" / role))
+    _assert_same_weights(one, two)
+
+    for uninterrupted, copy in ((one, one_in_two), (two, two_in_one)):
+        rows = read_metrics(copy)
+        assert [r["step"] for r in rows] == [0, 1, 2, 3]
+        _assert_same_rows(read_metrics(uninterrupted)[2:], rows[2:])
+        _assert_same_weights(uninterrupted, copy)

@@ -35,9 +35,6 @@ from tango_jax.rl.train_step import (
     tree_norm,
 )
 
-_jit_tree_norm = jax.jit(tree_norm)
-
-
 def optimizer_shardings(tx, params, param_shardings, mesh: Mesh):
     """Shardings of `tx`'s state: every params-shaped part (AdamW's mu and nu) sharded as the
     parameters, the rest (step counts) replicated. Left to jit's propagation, `tx.init`'s
@@ -50,6 +47,13 @@ def optimizer_shardings(tx, params, param_shardings, mesh: Mesh):
         param_shardings,
         transform_non_params=lambda _: replicated,
     )
+
+
+# One program for the whole tree. Eagerly, every jnp op on a sharded leaf is its own program
+# with a collective; the burst of them deadlocked XLA's asynchronous CPU dispatch on 8 simulated
+# devices in one process (tests/test_trainer.py, the suite's aborts) and two gloo processes
+# after a resume (tests/test_distributed.py); one jitted reduction does not.
+_global_norm = jax.jit(tree_norm)
 
 
 class Trainer:
@@ -195,7 +199,7 @@ class Trainer:
         collective each, and on many simulated CPU devices such a burst can deadlock XLA's
         asynchronous CPU dispatch (participants of one all-reduce stuck behind the per-device
         in-flight limit; the process aborts at the rendezvous timeout)."""
-        return float(_jit_tree_norm(self.params))
+        return float(_global_norm(self.params))
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint needs to resume this trainer exactly."""

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import jax
+from jax.experimental import multihost_utils
 
 from tango_jax import preflight
 from tango_jax.checkpoint import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer
@@ -37,7 +38,7 @@ from tango_jax.data import synthetic_labels
 from tango_jax.data.datasets import StreamPosition
 from tango_jax.data.prompts import DataSource, load_prompts
 from tango_jax.data.tokenizer import load_tokenizer
-from tango_jax.metrics import MetricsWriter, PhaseTimer, Progress
+from tango_jax.metrics import MetricsWriter, NoMetrics, PhaseTimer, Progress
 from tango_jax.models import save_pretrained
 from tango_jax.tango.class_balance import ClassBalanceState
 from tango_jax.tango.divergence import DivergenceError, GuardAction, divergence_signs
@@ -55,16 +56,6 @@ if TYPE_CHECKING:
     from jax.sharding import Mesh
 
 log = logging.getLogger("tango_jax")
-
-
-class _NoMetrics:
-    """The metrics writer of the processes other than 0 (they compute the same metrics)."""
-
-    def write(self, step, metrics, *, phase=None) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 class TangoLoop:
@@ -112,6 +103,8 @@ class TangoLoop:
     def run(self) -> dict[str, float]:
         cfg = self.cfg
         preflight.check(cfg)  # refuses before anything is written (train.py checked it too)
+        if jax.process_count() > 1:  # every process checked the run_dir before it is written
+            multihost_utils.sync_global_devices("tango_jax preflight")
         if jax.process_index() == 0:  # several trainer processes: process 0 writes files
             preflight.write_config(cfg)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -185,14 +178,14 @@ class TangoLoop:
         timings["perf/eval_s"] = timings.pop("perf/step_s")
         return out | timings
 
-    def _metrics_writer(self, resume_step: int | None) -> MetricsWriter:
+    def _metrics_writer(self, resume_step: int | None) -> MetricsWriter | NoMetrics:
         """Appends after `resume_step`; a run restarted before its first checkpoint starts its
         metrics over (an existing run with resume=False never gets here: `preflight.check`)."""
         exists = (self.run_dir / "metrics.jsonl").exists()
         if resume_step is None and exists:
             resume_step = -1  # no checkpoint yet: drop the crashed attempt's lines, start over
         if jax.process_index() != 0:  # several trainer processes: process 0 writes metrics
-            return _NoMetrics()
+            return NoMetrics()
         return MetricsWriter(
             self.run_dir,
             tensorboard=self.cfg.tensorboard,

@@ -19,14 +19,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
 from tango_jax.config import DataSource, RunConfig
 from tango_jax.config_roles import RoleConfig
 from tango_jax.config_stages import SFTStage
 from tango_jax.data import synthetic_labels
 from tango_jax.data.tokenizer import load_tokenizer
-from tango_jax.metrics import MetricsWriter, Progress
+from tango_jax.metrics import MetricsWriter, NoMetrics, Progress
 from tango_jax.models import from_pretrained, save_pretrained
 from tango_jax.models.config import dtype_from_name
 from tango_jax.models.tiny import write_tiny_checkpoint
@@ -50,9 +52,20 @@ def initial_path(cfg: RunConfig, role: Kind, run_dir: Path) -> Path:
     if src.path:
         return Path(src.path)
     path = run_dir / "initial" / role.value
-    if not path.exists():
+    if not exists_on_process_0(path):
         write_tiny_checkpoint(path, src.preset, seed=src.init_seed)
     return path
+
+
+def exists_on_process_0(path: Path) -> bool:
+    """Whether `path` exists, as process 0 sees it, on every trainer process (jax.distributed).
+    What follows such a check is collective (save_pretrained gathers on all processes, process
+    0 writes): with each process's own `exists()`, a slower process could find the directory
+    process 0 has just written, skip the write, and leave process 0 waiting in its gathers."""
+    exists = path.exists()
+    if jax.process_count() == 1:
+        return exists
+    return bool(multihost_utils.broadcast_one_to_all(np.int32(exists)))
 
 
 def rl_start_path(cfg: RunConfig, role: Kind, run_dir: Path, *, mesh: Mesh) -> Path:
@@ -67,17 +80,20 @@ def rl_start_path(cfg: RunConfig, role: Kind, run_dir: Path, *, mesh: Mesh) -> P
         return path
     name = role.value
     out = run_dir / "sft" / name
-    if out.exists():
+    if exists_on_process_0(out):
         return out
     log.info("SFT of the %s: %d steps", name, stage.steps)
     # SFT metrics: their own file (steps restart at 1); a crashed SFT simply starts over.
+    # Several trainer processes: process 0 writes them (all compute the same).
     logs = run_dir / "sft_logs" / name
-    writer = MetricsWriter(
-        logs,
-        tensorboard=cfg.tensorboard,
-        resume_step=0 if (logs / "metrics.jsonl").exists() else None,
-        wandb=wandb_sink(cfg, logs, job_type=f"sft_{name}"),
-    )
+    writer = NoMetrics()
+    if jax.process_index() == 0:
+        writer = MetricsWriter(
+            logs,
+            tensorboard=cfg.tensorboard,
+            resume_step=0 if (logs / "metrics.jsonl").exists() else None,
+            wandb=wandb_sink(cfg, logs, job_type=f"sft_{name}"),
+        )
 
     def log_step(step, values):
         writer.write(step, values, phase=f"sft_{name}")
