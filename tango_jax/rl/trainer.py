@@ -35,6 +35,7 @@ from tango_jax.rl.train_step import (
     tree_norm,
 )
 
+
 def optimizer_shardings(tx, params, param_shardings, mesh: Mesh):
     """Shardings of `tx`'s state: every params-shaped part (AdamW's mu and nu) sharded as the
     parameters, the rest (step counts) replicated. Left to jit's propagation, `tx.init`'s
