@@ -151,10 +151,6 @@ def test_put_fetch_round_trip_on_one_process():
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _flag(value) -> str:
-    return str(value)  # every field that differs below is a bool, int, float or str
-
-
 def _train_flags(run_dir: Path) -> list[str]:
     """The real command's `--config.*` flags for tests/test_loop.py's shortened tiny config
     (`_short_config`: the fields where it differs from configs/tiny_arith.py), cut further to
@@ -182,7 +178,8 @@ def _train_flags(run_dir: Path) -> list[str]:
         "eval.process_bench_size": 8,
         "checkpoint.every_steps": 1,
     }
-    return [f"--config.{k}={_flag(v)}" for k, v in fields.items()]
+    # every field that differs is a bool, int, float or str: str() is its flag value
+    return [f"--config.{k}={v}" for k, v in fields.items()]
 
 
 def _train(run_dir: Path, processes: int) -> list[subprocess.Popen]:

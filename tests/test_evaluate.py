@@ -281,8 +281,8 @@ def test_the_vllm_backend_gives_the_jax_backends_greedy_answers(evaluated, run_d
     model has near-ties, so a few responses may part after a tied token)."""
     out_jax, _ = evaluated
     out = run_dir / "eval_vllm"
-    # The command line, in its own process: vLLM's client side (torch, its transfer engines)
-    # stays out of the suite's process, where later JAX work once aborted after it.
+    # The real command line, in its own process (which also keeps vLLM's client side, torch
+    # and its transfer engines, out of the suite's process).
     run = subprocess.run(
         [
             *(sys.executable, "-m", "tango_jax.evaluate"),

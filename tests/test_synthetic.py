@@ -9,6 +9,7 @@ parsers and rewards (formats, rewards.outcome_reward).
 from __future__ import annotations
 
 import dataclasses
+import operator
 import re
 
 import pytest
@@ -444,8 +445,9 @@ def test_fact_checks_write_the_recomputation_before_the_label_with_a_recompute_a
     config = dataclasses.replace(
         CONFIG, verifier_sft_facts=1.0, verifier_sft_analysis=S.VerifierAnalysis.RECOMPUTE
     )
+    ops = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.floordiv}
     for e in L.verifier_sft_examples(config, 50, seed=6):
         a, symbol, o, v = S.STEP.fullmatch(e.prompt.splitlines()[1]).groups()
-        right = S.apply_op(S.OP_OF_SYMBOL[symbol], int(a), int(o))
+        right = ops[symbol](int(a), int(o))
         label = "CORRECT" if right == int(v) else "INCORRECT"
         assert e.response == f"Analysis: {a} {symbol} {o} = {right}. \\boxed{{{label}}}"

@@ -171,11 +171,11 @@ class Draws:
         return options[self.below(len(options))]
 
     def uniform(self) -> float:
-        """A float in [0, 1): `uniform() < p` is exactly `chance(p)` for the same draw."""
+        """A float in [0, 1), a multiple of 2**-53 (exact: `chance(p)` is `uniform() < p`)."""
         return self.below(1 << 53) / (1 << 53)
 
     def chance(self, p: float) -> bool:
-        return self.below(1 << 53) < p * (1 << 53)
+        return self.uniform() < p
 
 
 def apply_op(op: Op, value: int, operand: int) -> int:

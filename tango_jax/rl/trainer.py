@@ -194,12 +194,8 @@ class Trainer:
         return out, fetch(logp)
 
     def param_norm(self) -> float:
-        """The parameters' global norm (float32), as a step's `param_norm` metric reports it.
-
-        One jitted program: computed eagerly, it was a burst of ~100 tiny programs with a
-        collective each, and on many simulated CPU devices such a burst can deadlock XLA's
-        asynchronous CPU dispatch (participants of one all-reduce stuck behind the per-device
-        in-flight limit; the process aborts at the rendezvous timeout)."""
+        """The parameters' global norm (float32), as a step's `param_norm` metric reports it
+        (one jitted program: see `_global_norm`)."""
         return float(_global_norm(self.params))
 
     def state_dict(self) -> dict[str, Any]:
