@@ -110,7 +110,8 @@ def test_sft_pairs_are_encoded_as_rl_sees_the_prompt(smol_tokenizer):
         (t, "<think>\n<step>1 + 1 = 2</step>\n</think>") for _, t in prompt_texts(STYLES[1])
     ]
     encoded = encode_examples(examples, smol_tokenizer, chat_template=True)
-    for (prompt, response), (p_ids, r_ids) in zip(examples, encoded):
+    for (prompt, response), (p_ids, r_ids, loss_mask) in zip(examples, encoded):
+        assert loss_mask is None  # no no_loss spans: every response token is learned
         assert p_ids == hf_chat_ids(smol_tokenizer, prompt)
         full = smol_tokenizer.apply_chat_template(
             [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}],

@@ -10,9 +10,12 @@ import pytest
 from safetensors.numpy import load_file
 
 from tango_jax.config import base_config, load_run_config, sibling_config
+from tango_jax.data import synthetic_labels
+from tango_jax.data.synthetic import ArithConfig, VerifierAnalysis, VerifierLabels
+from tango_jax.data.tokenizer import tiny_tokenizer
 from tango_jax.parallel.mesh import make_mesh
 from tango_jax.tango.schedule import Kind
-from tango_jax.tango.sft import rl_start_path
+from tango_jax.tango.sft import SFTPair, encode_examples, rl_start_path
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
@@ -59,3 +62,36 @@ def test_only_the_verifier_can_start_from_the_generator():
     c.sft.generator.start_from_generator = True
     with pytest.raises(ValueError, match="sft.verifier.start_from_generator"):
         load_run_config(c)
+
+
+def test_unlabelled_step_judgments_are_exempt_token_by_token():
+    """encode_examples turns an example's no_loss character spans into a 0 on exactly the
+    tokens of those characters (UNLABELLED transcripts: the K step-judgment words), 1 on the
+    rest and on the EOS; examples without spans get no mask."""
+    tokenizer = tiny_tokenizer()
+    arith = ArithConfig(
+        verifier_sft_labels=VerifierLabels.UNLABELLED,
+        verifier_sft_analysis=VerifierAnalysis.COMPARE,
+        verifier_sft_one_step=0.3,
+    )
+    examples = synthetic_labels.verifier_sft_examples(arith, 40, seed=1)
+    pairs = [SFTPair(e.prompt, e.response, e.no_loss) for e in examples]
+    encoded = encode_examples(pairs, tokenizer, chat_template=False)
+    k_step = 0
+    for e, enc in zip(examples, encoded):
+        assert enc.prompt_ids == tokenizer(e.prompt, add_special_tokens=False)["input_ids"]
+        assert enc.response_ids[:-1] == tokenizer(e.response, add_special_tokens=False)["input_ids"]
+        assert enc.response_ids[-1] == tokenizer.eos_token_id
+        if not e.no_loss:
+            assert enc.loss_mask is None
+            continue
+        k_step += 1
+        exempt = [t for t, m in zip(enc.response_ids, enc.loss_mask) if m == 0.0]
+        assert tokenizer.convert_ids_to_tokens(exempt) == [e.response[a:b] for a, b in e.no_loss]
+        assert enc.loss_mask[-1] == 1.0 and sum(enc.loss_mask) == len(enc.loss_mask) - len(exempt)
+    assert k_step > 10
+    # a span that cuts into a token exempts the whole token
+    pair = SFTPair("p", "written 38", ((9, 10),))
+    [enc] = encode_examples([pair], tokenizer, chat_template=False)
+    tokens = tokenizer.convert_ids_to_tokens(enc.response_ids[:-1])
+    assert [t for t, m in zip(tokens, enc.loss_mask) if m == 0.0] == ["8"]

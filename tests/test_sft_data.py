@@ -16,7 +16,7 @@ from tango_jax.models.tiny import write_tiny_checkpoint
 from tango_jax.tango import templates
 from tango_jax.tango.answer_check import outcome_reward
 from tango_jax.tango.schedule import Kind
-from tango_jax.tango.sft import sft_records
+from tango_jax.tango.sft import SFTPair, sft_records
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "generate_sft_data.py"
 NUM = 8
@@ -96,7 +96,7 @@ def test_teacher_responses_filtered_by_correctness(tmp_path):
     assert not out.with_name("sft.jsonl.partial").exists()
     # 3. What `sft.generator.data_path` makes of it: the generator prompt + the response.
     pairs = sft_records(str(out), Kind.GENERATOR, templates.PromptStyle.COMPACT)
-    assert pairs[0] == (
+    assert pairs[0] == SFTPair(
         templates.render_generator_prompt(kept[0]["question"], style=templates.PromptStyle.COMPACT),
         kept[0]["response"],
     )

@@ -439,6 +439,39 @@ def test_one_step_problems_in_the_verifier_sft_carry_their_outcome_label():
         dataclasses.replace(config, verifier_sft_facts=0.7)
 
 
+def test_unlabelled_transcripts_exempt_exactly_the_step_judgments_of_k_step_solutions():
+    """UNLABELLED: RANDOM_STEP's text, with no_loss spans on exactly the K step-judgment words
+    of a K-step transcript (never the verdict); one-step problems and fact checks keep every
+    label, their only judgment being the outcome."""
+    base = dataclasses.replace(
+        CONFIG,
+        verifier_sft_one_step=0.3,
+        verifier_sft_facts=0.2,
+        verifier_sft_analysis=S.VerifierAnalysis.COMPARE,
+        verifier_sft_labels=S.VerifierLabels.RANDOM_STEP,
+    )
+    random_step = L.verifier_sft_examples(base, 300, seed=7)
+    unlabelled = dataclasses.replace(base, verifier_sft_labels=S.VerifierLabels.UNLABELLED)
+    examples = L.verifier_sft_examples(unlabelled, 300, seed=7)
+    kinds = {"k_step": 0, "short": 0}
+    for plain, e in zip(random_step, examples):
+        assert (e.prompt, e.response, e.correct) == (plain.prompt, plain.response, plain.correct)
+        assert plain.no_loss == ()
+        steps = e.response.count("<step>")
+        if steps <= 1:  # a one-step problem or a fact check
+            assert e.no_loss == ()
+            kinds["short"] += 1
+            continue
+        kinds["k_step"] += 1
+        words = [e.response[a:b] for a, b in e.no_loss]
+        judgments = F.parse_verification(e.response).step_judgments
+        assert words == ["CORRECT" if j == 1 else "INCORRECT" for j in judgments]
+        assert len(words) == steps
+        verdict_at = e.response.rindex("\\boxed{")
+        assert all(b < verdict_at for _, b in e.no_loss)
+    assert kinds["k_step"] > 100 and kinds["short"] > 100
+
+
 def test_fact_checks_write_the_recomputation_before_the_label_with_a_recompute_analysis():
     """With RECOMPUTE transcripts, a fact check's response recomputes the equation's left side
     (its right value, whatever the prompt says) before the label, as a step analysis does."""

@@ -225,7 +225,7 @@ def test_training_steps_and_sft_prompt_with_the_users_templates(user_templates, 
     steps._judge(ctx, solutions[:1], 1, Purpose.FEEDBACK, global_step=0, timer=timer)
     assert ver_rec.prompts == [f"USER verifier train: {PROBLEMS[0].question} {SOLUTION} 2"]
     generator_sft = sft.sft_examples(cfg, Kind.GENERATOR)  # the synthetic task's SFT set
-    assert generator_sft and all(p.startswith("USER generator train: ") for p, _ in generator_sft)
+    assert generator_sft and all(p.startswith("USER generator train: ") for p, *_ in generator_sft)
 
 
 def test_evaluation_prompts_with_the_users_eval_and_ood_templates(user_templates, scorer, tmp_path):

@@ -266,6 +266,35 @@ def test_sft_step_lowers_nll_and_matches_numpy():
     assert last["loss"] < 0.8 * first["loss"]
 
 
+def test_sft_loss_skips_the_tokens_a_loss_mask_exempts():
+    """`make_batch(loss_masks=...)` (the SFT of unlabelled step judgments): a response token
+    with mask 0 is still read (it conditions what follows) but adds nothing to the loss,
+    which is the mean over the other tokens (NumPy reference from the full logits)."""
+    model = _model(0)
+    cfg = TrainerConfig(micro_batch_size=4, loss=LossConfig(objective=Objective.SFT))
+    trainer = Trainer(model, cfg, mesh=_mesh1())
+    rng = np.random.default_rng(8)
+    prompts = [rng.integers(2, 64, size=rng.integers(2, 9)).tolist() for _ in range(8)]
+    responses = [rng.integers(2, 64, size=rng.integers(3, 12)).tolist() for _ in range(8)]
+    masks = [(rng.uniform(size=len(r)) < 0.6).astype(float).tolist() for r in responses]
+    masks[0] = None  # a row without a mask learns every token
+    batch = make_batch(prompts, responses, loss_masks=masks, prompt_bucket=8, response_bucket=8)
+    p = batch.prompt_len
+    logits = np.asarray(
+        model(jnp.asarray(batch.input_ids), attention_mask_BxT=jnp.asarray(batch.attention_mask)),
+        np.float64,
+    )
+    nll = []
+    for i, r in enumerate(responses):
+        keep = np.ones(len(r), bool) if masks[i] is None else np.asarray(masks[i]) > 0
+        lp = _np_logsoftmax(logits[i, p - 1 : p - 1 + len(r)])[np.arange(len(r)), r]
+        nll.append(-lp[keep])
+    metrics, _ = trainer.step(batch)
+    np.testing.assert_allclose(metrics["loss"], np.concatenate(nll).mean(), rtol=1e-5)
+    with pytest.raises(ValueError, match="loss_masks\\[1\\] has 2 values for a"):
+        make_batch(prompts[:2], responses[:2], loss_masks=[None, [1.0, 0.0]])
+
+
 def test_errors_name_the_field():
     with pytest.raises(
         ValueError, match="micro_batch_size \\(3\\).*data-parallel size \\(8 = mesh"

@@ -51,6 +51,11 @@ class VerifierLabels(enum.Enum):
 
     ALL_STEPS = "all_steps"  # every step judgment = the outcome label
     RANDOM_STEP = "random_step"  # wrong solution: one INCORRECT at a random step, rest CORRECT
+    # RANDOM_STEP's text, but the step judgments of a K-step transcript (K > 1) carry no SFT
+    # loss: the outcome label says nothing about them, so they are not taught at all (RANDOM_STEP
+    # teaches that a wrong solution's INCORRECT sits anywhere). The verdict keeps its label, and
+    # so does the one judgment of a one-step problem (its outcome).
+    UNLABELLED = "unlabelled"
 
 
 class VerifierAnalysis(enum.Enum):

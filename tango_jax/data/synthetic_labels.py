@@ -8,7 +8,9 @@ models):
     solutions too; the slips play that part here);
   * verifier: (verifier prompt, transcript) built from the outcome label only: the verdict is
     the label; the K step judgments are either the label copied into every step (ALL_STEPS) or,
-    for a wrong solution, one INCORRECT at a random step and CORRECT elsewhere (RANDOM_STEP);
+    for a wrong solution, one INCORRECT at a random step and CORRECT elsewhere (RANDOM_STEP),
+    or RANDOM_STEP's text with no loss on the step judgments of a K-step transcript (UNLABELLED:
+    only the verdict is taught, `SFTExample.no_loss`);
     each step's analysis is a generic sentence (GENERIC) or the step's operation recomputed
     (RECOMPUTE). The outcome label says nothing about which step is wrong, and neither choice
     adds step information: RANDOM_STEP's position is independent of the error. ALL_STEPS turned
@@ -59,12 +61,25 @@ class SFTExample:
 
     correct: the outcome label of the solution the example is about.
     problem_id: the `ArithProblem.id` it comes from.
+    no_loss: (start, end) character spans of `response` whose tokens carry no SFT loss (the
+    step judgments of an UNLABELLED transcript); the rest of the response is learned.
     """
 
     prompt: str
     response: str
     correct: bool
     problem_id: str
+    no_loss: tuple[tuple[int, int], ...] = ()
+
+
+# A step judgment's label word in a rendered transcript: the boxed label that ends a <step>.
+_STEP_JUDGMENT = re.compile(r"\\boxed\{((?:IN)?CORRECT)\}" + re.escape(formats.STEP_CLOSE))
+
+
+def step_judgment_spans(transcript: str) -> tuple[tuple[int, int], ...]:
+    """The character spans of the step judgments' label words (CORRECT / INCORRECT) in a
+    transcript from `formats.render_verification` (the verdict's label is not one)."""
+    return tuple(m.span(1) for m in _STEP_JUDGMENT.finditer(transcript))
 
 
 def _analysis(step: str, kind: VerifierAnalysis) -> str:
@@ -89,7 +104,8 @@ def verification_transcript(
     """The verifier SFT target for `solution`, from its outcome label only.
 
     Labels (`config.verifier_sft_labels`): ALL_STEPS copies the label into all K judgments;
-    RANDOM_STEP marks a correct solution's steps all CORRECT and, for a wrong one, one step
+    RANDOM_STEP (and UNLABELLED, whose judgments `verifier_sft_examples` then exempts from the
+    loss) marks a correct solution's steps all CORRECT and, for a wrong one, one step
     INCORRECT at a position drawn at random (seeded by (seed, question)), independent of where
     the error is. Analyses (`config.verifier_sft_analysis`): GENERIC is the same sentence for
     every step; RECOMPUTE writes the step's operation with its right result. The verdict is the
@@ -161,7 +177,9 @@ def verifier_sft_examples(
         solution = reference_solution(problem) if correct else slipped_solution(problem, seed=seed)
         prompt = templates.render_verifier_prompt(problem.question, solution.text, style=style)
         transcript = verification_transcript(solution, config, seed=seed)
-        out.append(SFTExample(prompt, transcript, correct, problem.id))
+        unlabelled = config.verifier_sft_labels is VerifierLabels.UNLABELLED
+        no_loss = step_judgment_spans(transcript) if unlabelled and len(problem.ops) > 1 else ()
+        out.append(SFTExample(prompt, transcript, correct, problem.id, no_loss))
     return out
 
 

@@ -61,6 +61,7 @@ def make_batch(
     advantages: Sequence[Sequence[float]] | Sequence[float] | None = None,
     sample_weights: Sequence[float] | None = None,
     sampler_logprobs: Sequence[Sequence[float]] | None = None,
+    loss_masks: Sequence[Sequence[float] | None] | None = None,
     pad_id: int = 0,
     prompt_bucket: int = 16,
     response_bucket: int = 16,
@@ -70,8 +71,11 @@ def make_batch(
     """Pads rows of (prompt ids, response ids) into a TrainBatch.
 
     `advantages` per row is a scalar (broadcast over the response tokens) or one value per
-    response token. Prompts longer than `max_prompt_len` raise (truncating the left of a prompt
-    silently would change the task); responses are already bounded by the sampler's max_tokens.
+    response token. `loss_masks` per row (None: all ones) is one 0/1 value per response token:
+    its zeros are response tokens the model sees but is not trained on (`response_mask` 0
+    there; the SFT of unlabelled step judgments). Prompts longer than `max_prompt_len` raise
+    (truncating the left of a prompt silently would change the task); responses are already
+    bounded by the sampler's max_tokens.
     """
     n = len(prompts)
     if len(responses) != n:
@@ -99,6 +103,13 @@ def make_batch(
         ids[i, p_len : p_len + len(r)] = r
         attn[i, p_len : p_len + len(r)] = True
         resp_mask[i, : len(r)] = 1.0
+        if loss_masks is not None and loss_masks[i] is not None:
+            if len(loss_masks[i]) != len(r):
+                raise ValueError(
+                    f"loss_masks[{i}] has {len(loss_masks[i])} values for a {len(r)}-token "
+                    "response; give one per response token."
+                )
+            resp_mask[i, : len(r)] = np.asarray(loss_masks[i], np.float32)
         if advantages is not None:
             a = np.asarray(advantages[i], np.float32)
             adv[i, : len(r)] = a if a.ndim == 0 else a[: len(r)]

@@ -17,7 +17,7 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import jax
 import numpy as np
@@ -43,6 +43,24 @@ if TYPE_CHECKING:
     from jax.sharding import Mesh
 
 log = logging.getLogger(__name__)
+
+
+class SFTPair(NamedTuple):
+    """One SFT example as text: the model sees `prompt` and learns `response`, except for the
+    `no_loss` (start, end) character spans of it (`SFTExample.no_loss`)."""
+
+    prompt: str
+    response: str
+    no_loss: tuple[tuple[int, int], ...] = ()
+
+
+class EncodedPair(NamedTuple):
+    """An `SFTPair` as token ids; `loss_mask` (None: every response token is learned) is 0 on
+    the response tokens that overlap a `no_loss` span, 1 elsewhere (the EOS included)."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    loss_mask: list[float] | None = None
 
 
 def initial_path(cfg: RunConfig, role: Kind, run_dir: Path) -> Path:
@@ -109,8 +127,8 @@ def rl_start_path(cfg: RunConfig, role: Kind, run_dir: Path, *, mesh: Mesh) -> P
         writer.close()
 
 
-def sft_examples(cfg: RunConfig, role: Kind) -> list[tuple[str, str]]:
-    """The role's (prompt, response) SFT pairs: sft.<role>.data_path, or the synthetic task's."""
+def sft_examples(cfg: RunConfig, role: Kind) -> list[SFTPair]:
+    """The role's SFT pairs: sft.<role>.data_path, or the synthetic task's."""
     stage, name, style = cfg.sft.stage(role), role.value, cfg.data.templates
     if stage.data_path:
         return sft_records(stage.data_path, role, style)
@@ -126,10 +144,10 @@ def sft_examples(cfg: RunConfig, role: Kind) -> list[tuple[str, str]]:
         else synthetic_labels.verifier_sft_examples
     )
     examples = make(cfg.data.arith, stage.num_examples, seed=cfg.seed, style=style)
-    return [(e.prompt, e.response) for e in examples]
+    return [SFTPair(e.prompt, e.response, e.no_loss) for e in examples]
 
 
-def sft_records(path: str, role: Kind, style: templates.Templates) -> list[tuple[str, str]]:
+def sft_records(path: str, role: Kind, style: templates.Templates) -> list[SFTPair]:
     """(prompt, response) pairs from a JSONL file (see `SFTStage.data_path`)."""
     file, name = Path(path), role.value
     if not file.is_file():
@@ -150,25 +168,34 @@ def sft_records(path: str, role: Kind, style: templates.Templates) -> list[tuple
         else:
             need = "'question'" if role is Kind.GENERATOR else "'question' and 'solution'"
             raise ValueError(f"{file}: record {i} needs 'prompt' or {need} for the {name}.")
-        out.append((prompt, rec["response"]))
+        out.append(SFTPair(prompt, rec["response"]))
     return out
 
 
 def encode_examples(
-    examples: Sequence[tuple[str, str]], tokenizer, *, chat_template: bool
-) -> list[tuple[list[int], list[int]]]:
-    """(prompt ids, response ids + EOS) of each (prompt, response) pair: the prompt as the role
-    encodes it in RL (`Role.encode`: plain, or the user turn of the chat template), the
-    response as it would be sampled, ended by the EOS (a chat model's end-of-turn token)."""
+    examples: Sequence[SFTPair | tuple[str, str]], tokenizer, *, chat_template: bool
+) -> list[EncodedPair]:
+    """(prompt ids, response ids + EOS, loss mask) of each pair: the prompt as the role encodes
+    it in RL (`Role.encode`: plain, or the user turn of the chat template), the response as it
+    would be sampled, ended by the EOS (a chat model's end-of-turn token); a token is exempt
+    from the loss when its characters overlap one of the pair's `no_loss` spans."""
     eos = tokenizer.eos_token_id
     wrap = (lambda p: templates.chat_prompt(p, tokenizer)) if chat_template else str
-    return [
-        (
-            tokenizer(wrap(p), add_special_tokens=False)["input_ids"],
-            tokenizer(r, add_special_tokens=False)["input_ids"] + [eos],
-        )
-        for p, r in examples
-    ]
+    out = []
+    for prompt, response, *rest in examples:
+        no_loss = rest[0] if rest else ()
+        prompt_ids = tokenizer(wrap(prompt), add_special_tokens=False)["input_ids"]
+        if not no_loss:
+            ids = tokenizer(response, add_special_tokens=False)["input_ids"]
+            out.append(EncodedPair(prompt_ids, [*ids, eos]))
+            continue
+        enc = tokenizer(response, add_special_tokens=False, return_offsets_mapping=True)
+        mask = [
+            0.0 if any(s < b and a < e for a, b in no_loss) else 1.0
+            for s, e in enc["offset_mapping"]
+        ]
+        out.append(EncodedPair(prompt_ids, [*enc["input_ids"], eos], [*mask, 1.0]))
+    return out
 
 
 def run_sft(
@@ -177,7 +204,7 @@ def run_sft(
     role_cfg: RoleConfig,
     init_path: Path,
     out_path: Path,
-    examples: Sequence[tuple[str, str]],
+    examples: Sequence[SFTPair | tuple[str, str]],
     *,
     mesh: Mesh,
     seed: int,
@@ -210,8 +237,9 @@ def run_sft(
                 len(encoded), size=stage.batch_size, replace=len(encoded) < stage.batch_size
             )
             batch = make_batch(
-                [encoded[i][0] for i in rows],
-                [encoded[i][1] for i in rows],
+                [encoded[i].prompt_ids for i in rows],
+                [encoded[i].response_ids for i in rows],
+                loss_masks=[encoded[i].loss_mask for i in rows],
                 pad_id=pad,
                 prompt_bucket=role_cfg.sampler.prompt_bucket,
                 response_bucket=role_cfg.response_bucket,
