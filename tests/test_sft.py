@@ -15,7 +15,7 @@ from tango_jax.data.synthetic import ArithConfig, VerifierAnalysis, VerifierLabe
 from tango_jax.data.tokenizer import tiny_tokenizer
 from tango_jax.parallel.mesh import make_mesh
 from tango_jax.tango.schedule import Kind
-from tango_jax.tango.sft import SFTPair, encode_examples, rl_start_path
+from tango_jax.tango.sft import SFTPair, check_response_lengths, encode_examples, rl_start_path
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
@@ -95,3 +95,29 @@ def test_unlabelled_step_judgments_are_exempt_token_by_token():
     [enc] = encode_examples([pair], tokenizer, chat_template=False)
     tokens = tokenizer.convert_ids_to_tokens(enc.response_ids[:-1])
     assert [t for t, m in zip(tokens, enc.loss_mask) if m == 0.0] == ["8"]
+
+
+def test_sft_responses_longer_than_the_rl_budget_are_named(caplog):
+    """A verifier SFT whose transcripts RL cannot sample to their verdict (COMPARE analyses
+    are ~140 tokens, the tiny config's verifier max_tokens is 128) is reported with the field
+    and the length to set."""
+    tokenizer = tiny_tokenizer()
+    arith = ArithConfig(
+        verifier_sft_labels=VerifierLabels.UNLABELLED,
+        verifier_sft_analysis=VerifierAnalysis.COMPARE,
+    )
+    examples = synthetic_labels.verifier_sft_examples(arith, 20, seed=1)
+    encoded = encode_examples(
+        [SFTPair(e.prompt, e.response, e.no_loss) for e in examples],
+        tokenizer,
+        chat_template=False,
+    )
+    longest = max(len(e.response_ids) for e in encoded)
+    with caplog.at_level("WARNING"):
+        check_response_lengths("verifier", encoded, longest)
+    assert not caplog.records
+    with caplog.at_level("WARNING"):
+        check_response_lengths("verifier", encoded, 128)
+    [record] = caplog.records
+    assert "verifier.rollout.max_tokens (128)" in record.getMessage()
+    assert f"at least {longest}" in record.getMessage()

@@ -198,6 +198,29 @@ def encode_examples(
     return out
 
 
+def check_response_lengths(role: str, encoded: Sequence[EncodedPair], max_tokens: int) -> None:
+    """Warns when SFT responses are longer than `<role>.rollout.max_tokens`: RL would cut such
+    outputs before their end (a verifier's before its verdict, so they fail to parse). Not an
+    error: shortened test configs and a few long outliers in a user's data are legitimate."""
+    lengths = np.array([len(e.response_ids) for e in encoded])
+    over = lengths > max_tokens
+    if over.any():
+        log.warning(
+            "sft.%s: %.0f%% of the SFT responses are longer than %s.rollout.max_tokens (%d); "
+            "the longest has %d tokens (EOS included), so RL will cut such outputs before "
+            "their end: raise %s.rollout.max_tokens (and %s.response_bucket) to at least %d "
+            "unless that is intended.",
+            role,
+            100 * over.mean(),
+            role,
+            max_tokens,
+            lengths.max(),
+            role,
+            role,
+            lengths.max(),
+        )
+
+
 def run_sft(
     role: str,
     stage: SFTStage,
@@ -220,6 +243,8 @@ def run_sft(
     if not examples:
         raise ValueError(f"sft.{role}: no SFT examples.")
     tokenizer = load_tokenizer(init_path)
+    encoded = encode_examples(examples, tokenizer, chat_template=role_cfg.chat_template)
+    check_response_lengths(role, encoded, role_cfg.rollout.max_tokens)
     model = from_pretrained(
         init_path,
         mesh=mesh,
@@ -228,7 +253,6 @@ def run_sft(
         param_dtype=dtype_from_name(role_cfg.param_dtype),
     )
     trainer = Trainer(model, stage.trainer, mesh=mesh)  # cosine horizon: stage.steps (derived)
-    encoded = encode_examples(examples, tokenizer, chat_template=role_cfg.chat_template)
     rng = np.random.default_rng(seed)
     pad = tokenizer.pad_token_id or 0
     with Progress(f"sft {role}", total=stage.steps) as bar:
