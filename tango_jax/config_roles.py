@@ -11,6 +11,7 @@ import dataclasses
 import enum
 
 from tango_jax.config_checks import Rule, above, at_least, check_fields, one_of, within
+from tango_jax.models.config import ATTENTION_KERNELS
 from tango_jax.models.presets import PRESETS
 from tango_jax.rl.train_step import TrainerConfig
 from tango_jax.rollout.vllm.config import VLLMConfig
@@ -78,6 +79,9 @@ class RoleConfig:
     dtype: str = "bfloat16"  # compute dtype (float32 on CPUs)
     param_dtype: str = "float32"  # master weights
     remat: bool = True  # rematerialise each layer in the backward pass
+    # full-sequence attention kernel: "auto" (cuDNN flash attention on NVIDIA GPUs in bf16,
+    # else XLA einsums), "xla" or "cudnn" (see tango_jax.models.ModelConfig.attention)
+    attention: str = "auto"
     enable: bool = True  # verifier only: False = plain rule-reward RL (no verifier at all)
     trainable: bool = True  # verifier only: False = the fixed-verifier ablation
     # Prompts longer than this: generator prompts are filtered out when the data loads,
@@ -104,6 +108,7 @@ class RoleConfig:
             {
                 "dtype": dtypes,
                 "param_dtype": dtypes,
+                "attention": one_of(ATTENTION_KERNELS),
                 "max_prompt_len": at_least(1),
                 "response_bucket": at_least(1),
                 "eval_max_tokens": at_least(0, " (0: rollout.max_tokens)"),

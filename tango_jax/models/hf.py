@@ -234,6 +234,7 @@ def from_pretrained(
     dtype: Any = jnp.float32,
     param_dtype: Any = jnp.float32,
     remat: bool = False,
+    attention: str = "auto",
     rules=LOGICAL_RULES,
 ) -> Transformer:
     """Loads a local HF checkpoint directory straight into a model sharded over `mesh`.
@@ -244,7 +245,9 @@ def from_pretrained(
     file or tensor for missing/truncated files, unsupported architectures and shape mismatches.
     """
     path = Path(path)
-    config = read_config(path, dtype=dtype, param_dtype=param_dtype, remat=remat)
+    config = read_config(
+        path, dtype=dtype, param_dtype=param_dtype, remat=remat, attention=attention
+    )
     if mesh is None:
         mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
     files = _SafetensorsDir(path)

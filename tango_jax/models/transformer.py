@@ -72,6 +72,26 @@ def apply_rope(x_BxTxNxH: jax.Array, positions_BxT: jax.Array, inv_freq: np.ndar
 # --- KV cache ----------------------------------------------------------------------------------
 
 
+def use_cudnn(config: ModelConfig, dtype) -> bool:
+    """Whether full-sequence attention runs cuDNN's fused kernel (see ModelConfig.attention)."""
+    if config.attention == "xla":
+        return False
+    fits = (
+        jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16)
+        and config.head_dim % 8 == 0
+        and config.head_dim <= 128
+    )
+    if config.attention == "cudnn":
+        if not fits or jax.default_backend() != "gpu":
+            raise ValueError(
+                f"ModelConfig.attention='cudnn' needs an NVIDIA GPU, dtype bfloat16 or float16 "
+                f"and head_dim a multiple of 8 up to 128 (backend {jax.default_backend()}, "
+                f"dtype {jnp.dtype(dtype).name}, head_dim {config.head_dim}); use 'auto' or 'xla'."
+            )
+        return True
+    return fits and jax.default_backend() == "gpu"
+
+
 class KVCache(NamedTuple):
     """Per-layer key/value buffers plus slot bookkeeping (a pytree; donate it to jitted steps).
 
@@ -190,6 +210,19 @@ class Attention(nnx.Module):
             )
             k, v, kv = k_cache.astype(q.dtype), v_cache.astype(q.dtype), (k_cache, v_cache)
         b, t, n, h = q.shape
+        if kv is None and use_cudnn(c, q.dtype):
+            # fused flash attention: causal, plus the frame's mask (padding) as a bias
+            out = jax.nn.dot_product_attention(
+                q,
+                k.astype(q.dtype),
+                v.astype(q.dtype),
+                mask=frame.mask[:, None],
+                is_causal=True,
+                scale=1 / math.sqrt(h),
+                implementation="cudnn",
+            )
+            out = jnp.einsum("BTNH,NHD->BTD", out, self.o[...].astype(out.dtype))
+            return out, kv
         g = n // c.num_kv_heads
         q = q.reshape(b, t, c.num_kv_heads, g, h)  # [B, T, K, G, H]
         scores = jnp.einsum("BTKGH,BSKH->BKGTS", q, k, preferred_element_type=jnp.float32)

@@ -141,7 +141,11 @@ def build_role(
     """Loads the model (sharded), its tokenizer, a frozen reference copy for the KL term (only
     when the loss uses one), the trainer and the sampler. A frozen role sampled by vLLM loads
     no JAX parameters at all."""
-    numerics = dict(dtype=dtype_from_name(cfg.dtype), param_dtype=dtype_from_name(cfg.param_dtype))
+    numerics = dict(
+        dtype=dtype_from_name(cfg.dtype),
+        param_dtype=dtype_from_name(cfg.param_dtype),
+        attention=cfg.attention,
+    )
     tokenizer = load_tokenizer(init_path)
     model = None
     if with_trainer or cfg.sampler.backend is SamplerBackend.JAX:

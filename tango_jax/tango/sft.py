@@ -249,6 +249,7 @@ def run_sft(
         init_path,
         mesh=mesh,
         remat=role_cfg.remat,
+        attention=role_cfg.attention,
         dtype=dtype_from_name(role_cfg.dtype),
         param_dtype=dtype_from_name(role_cfg.param_dtype),
     )
