@@ -6,9 +6,16 @@ GPUs:
     python scripts/bench_vllm.py --model /ckpt/Qwen2.5-7B --dtype bfloat16 --backend nccl \
         --devices 7 --prompts 256 --n 5 --max-tokens 1024
 
+A Qwen2.5-0.5B-shaped model with random weights (written once to --preset-dir, tiny tokenizer):
+    python scripts/bench_vllm.py --preset qwen2.5-0.5b --dtype float32 --enforce-eager \
+        --cpu-kv-cache-gib 1 --prompts 4 --n 1 --max-tokens 16
+
 Prints one JSON object: start_s, generated_tokens, generate_s, tokens_per_s, and the
 metrics of the last of --syncs weight syncs (weight_sync/...: bytes, per-phase seconds, GB/s,
 verification gap). Random prompts of --prompt-len token ids; sampling at temperature 1.
+For scale it adds memcpy_gbps, this machine's copy bandwidth (the median of 5 `np.copyto` of a
+buffer as large as the sync, capped at 2 GiB; bytes copied, not read + written), and
+sync_over_memcpy = weight_sync/gbps / memcpy_gbps.
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ import argparse
 import json
 import sys
 import tempfile
+import time
+from pathlib import Path
 
 import numpy as np
 from flax import nnx
@@ -30,9 +39,24 @@ from tango_jax.rollout.vllm.server import VLLMServerConfig
 from tango_jax.rollout.vllm.sync import WeightSyncConfig
 
 
+def memcpy_gbps(nbytes: int, repeats: int = 5) -> float:
+    """GB/s of `np.copyto` between two `nbytes` buffers (the median of `repeats`)."""
+    src = np.ones(max(nbytes, 1), np.uint8)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)  # touch the pages
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        times.append(time.perf_counter() - t0)
+    return src.nbytes / sorted(times)[repeats // 2] / 1e9
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--model", help="HF checkpoint dir (default: a fresh tiny-qwen2)")
+    p.add_argument("--preset", help="a random-weight checkpoint of this preset instead")
+    p.add_argument("--preset-dir", default="/tmp/tango_bench_ckpt", help="where --preset goes")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     p.add_argument("--devices", help="CUDA_VISIBLE_DEVICES of the server")
@@ -47,9 +71,14 @@ def main(argv: list[str]) -> int:
     p.add_argument("--bucket-mib", type=int, default=256)
     args = p.parse_args(argv)
 
-    model_path = args.model or str(
-        write_tiny_checkpoint(tempfile.mkdtemp() + "/tiny", "tiny-qwen2", seed=0)
-    )
+    if args.preset:
+        model_path = str(Path(args.preset_dir) / args.preset)
+        if not (Path(model_path) / "config.json").exists():
+            write_tiny_checkpoint(model_path, args.preset, seed=0)
+    else:
+        model_path = args.model or str(
+            write_tiny_checkpoint(tempfile.mkdtemp() + "/tiny", "tiny-qwen2", seed=0)
+        )
     server = VLLMServerConfig(
         model=model_path,
         dtype=args.dtype,
@@ -79,6 +108,8 @@ def main(argv: list[str]) -> int:
         for version in range(1, args.syncs + 1):
             metrics = sampler.update_weights(state, version)
         out.update(metrics)
+    out["memcpy_gbps"] = memcpy_gbps(min(int(out["weight_sync/bytes"]), 2**31))
+    out["sync_over_memcpy"] = out["weight_sync/gbps"] / out["memcpy_gbps"]
     print(json.dumps({k: round(v, 6) for k, v in out.items()}))
     return 0
 
