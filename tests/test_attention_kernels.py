@@ -67,3 +67,14 @@ def test_cudnn_matches_xla_with_padding_values_and_gradients():
         gx, gc = np.asarray(gx, np.float32), np.asarray(gc, np.float32)
         assert np.all(np.isfinite(gc))
         assert np.linalg.norm(gc - gx) <= 3e-2 * np.linalg.norm(gx) + 1e-6
+
+
+def test_the_kernel_choice_reaches_a_loaded_model(tmp_path):
+    from tango_jax.models import from_pretrained
+    from tango_jax.models.tiny import write_tiny_checkpoint
+
+    path = write_tiny_checkpoint(tmp_path / "tiny", seed=0)
+    assert from_pretrained(path).config.attention == "auto"
+    assert from_pretrained(path, attention="xla").config.attention == "xla"
+    with pytest.raises(ValueError, match="attention"):
+        from_pretrained(path, attention="flash")
