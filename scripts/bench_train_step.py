@@ -183,6 +183,12 @@ def main(argv: list[str]) -> int:
                    help="default: LossConfig's (0.001), 0 with --against-torch")  # fmt: skip
     p.add_argument("--against-torch", action="store_true",
                    help="also time the same step in PyTorch/transformers, alternating")  # fmt: skip
+    p.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="trace one extra step with jax.profiler into DIR (a Perfetto trace too; "
+        "summarise it with scripts/trace_summary.py)",
+    )
     p.add_argument("--peak-tflops", type=float, help="device peak, for MFU (H100 bf16: 989)")
     args = p.parse_args(argv)
     if args.against_torch and not args.no_kl:
@@ -231,6 +237,9 @@ def main(argv: list[str]) -> int:
             twin.step()
             torch_times.append(time.perf_counter() - t0)
     step_s = statistics.median(times)
+    if args.profile:  # one more step under the profiler (not timed)
+        with jax.profiler.trace(args.profile, create_perfetto_trace=True):
+            trainer.step(batch)
     flops = step_flops(cfg, b, pl + rl, with_ref=not args.no_kl)
     out = {
         "preset": args.preset,
