@@ -3,6 +3,7 @@
 import math
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import numpy_reference as ref
@@ -311,3 +312,38 @@ def test_k3_gradient_is_finite_for_huge_log_ratios():
     x = -0.5 + 0.7
     np.testing.assert_allclose(grad[0, 0], 1 - np.exp(-x), rtol=1e-5)
     np.testing.assert_allclose(kl_estimate(logp, ref, "low_var_kl")[0, 1:], [10.0, 10.0])
+
+
+def _dot_operand_dtypes(jaxpr) -> list[tuple[str, ...]]:
+    """Operand dtypes of every dot_general in a jaxpr, nested jaxprs (custom_vjp, map) included."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            found.append(tuple(str(v.aval.dtype) for v in eqn.invars))
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            found += _dot_operand_dtypes(sub)
+    return found
+
+
+def test_head_logits_backward_runs_in_the_operands_dtype_against_numpy():
+    rng = np.random.default_rng(3)
+    h64 = rng.normal(size=(2, 5, 16))
+    w64 = rng.normal(size=(16, 40)) * 0.3
+    g64 = rng.normal(size=(2, 5, 40))
+    # NumPy reference in float64: logits, dh = g wᵀ, dw = hᵀ g
+    ref = (h64 @ w64, g64 @ w64.T, np.einsum("bcd,bcv->dv", h64, g64))
+    for dtype, tol in ((jnp.float32, 1e-5), (jnp.bfloat16, 2e-2)):
+        h, w = jnp.asarray(h64, dtype), jnp.asarray(w64, dtype)
+        out, vjp = jax.vjp(losses.head_logits, h, w)
+        dh, dw = vjp(jnp.asarray(g64, jnp.float32))
+        assert out.dtype == jnp.float32 and dh.dtype == dtype and dw.dtype == dtype
+        for got, want in zip((out, dh, dw), ref):
+            got = np.asarray(got, np.float64)
+            assert np.linalg.norm(got - want) <= tol * np.linalg.norm(want)
+
+    # The speed property: with bf16 operands every matmul of the backward takes bf16 inputs
+    # (autodiff of the plain float32-accumulating einsum gave float32 ones: TF32 on GPUs).
+    h, w = jnp.asarray(h64, jnp.bfloat16), jnp.asarray(w64, jnp.bfloat16)
+    grad = jax.grad(lambda h, w: losses.head_logits(h, w).sum(), argnums=(0, 1))
+    dots = _dot_operand_dtypes(jax.make_jaxpr(grad)(h, w).jaxpr)
+    assert len(dots) == 3 and all(d == ("bfloat16", "bfloat16") for d in dots), dots
