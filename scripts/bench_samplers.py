@@ -71,6 +71,11 @@ def decode_numbers(sampler, prompts, params, model, bandwidth: float) -> dict[st
     prefill = _timed(sampler, prompts, one)
     rows = len(prompts) * params.n
     steps = full["generated_tokens"] / rows - 1  # decode steps after the prefill's token
+    if steps < 1:
+        raise SystemExit(
+            f"--decode: the rows stopped after {steps + 1:.2f} tokens on average (EOS), too few "
+            "decode steps to time; raise --max-tokens or use a model that rarely emits EOS."
+        )
     decode_s = full["seconds"] - prefill["seconds"]
     cfg = model.config
     param_bytes = sum(x.nbytes for x in jax.tree.leaves(nnx.state(model, nnx.Param)))

@@ -69,9 +69,6 @@ def apply_rope(x_BxTxNxH: jax.Array, positions_BxT: jax.Array, inv_freq: np.ndar
     return x_BxTxNxH * cos + rotated * sin
 
 
-# --- KV cache ----------------------------------------------------------------------------------
-
-
 def use_cudnn(config: ModelConfig, dtype) -> bool:
     """Whether full-sequence attention runs cuDNN's fused kernel (see ModelConfig.attention)."""
     if config.attention == "xla":
@@ -90,6 +87,9 @@ def use_cudnn(config: ModelConfig, dtype) -> bool:
             )
         return True
     return fits and jax.default_backend() == "gpu"
+
+
+# --- KV cache ----------------------------------------------------------------------------------
 
 
 class KVCache(NamedTuple):

@@ -1,0 +1,75 @@
+"""The benchmark scripts run and measure what they claim (tiny sizes; no timing is checked).
+
+The train-step benchmark's PyTorch twin must compute the same step as tango_jax (it prints the
+first step's loss and gradient norm from both); the sampler benchmark's decode numbers must be
+self-consistent. A broken benchmark would otherwise only show on a lent GPU machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(script: str, *args: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one CPU device
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / script), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_train_step_benchmark_times_the_same_step_as_its_pytorch_twin():
+    out = _run(
+        "bench_train_step.py",
+        *("--preset", "tiny-qwen2", "--batch", "4", "--micro-batch", "2"),
+        *("--prompt-len", "8", "--response-len", "24", "--no-kl", "--against-torch"),
+        *("--steps", "1", "--peak-tflops", "1"),
+    )
+    (jax_loss, torch_loss), (jax_norm, torch_norm) = (
+        out["first_step"]["loss"],
+        out["first_step"]["grad_norm"],
+    )
+    assert jax_loss == pytest.approx(torch_loss, rel=1e-4, abs=1e-6)
+    assert jax_norm == pytest.approx(torch_norm, rel=1e-4)
+    assert out["torch_device"] == "cpu" and out["length"] == 32
+    assert out["tokens_per_s"] > 0 and out["ratio"] > 0 and out["mfu"] > 0
+
+
+def test_sampler_benchmark_decode_numbers_are_consistent():
+    out = _run(
+        "bench_samplers.py",
+        *("--preset", "tiny-qwen2", "--backends", "jax", "--decode"),
+        *("--prompts", "2", "--n", "2", "--prompt-len", "8", "--max-tokens", "8"),
+    )
+    jax_out, decode = out["jax"], out["jax_decode"]
+    assert decode["rows"] == 4 and 0 < jax_out["generated_tokens"] <= 4 * 8
+    assert 0 <= decode["decode_steps"] <= 7
+    assert decode["param_gb"] > 0 and decode["kv_cache_gb"] > 0
+    fraction = decode["floor_step_ms"] / decode["step_ms"]
+    assert decode["bandwidth_fraction"] == pytest.approx(fraction, rel=0.02, abs=2e-3)
+    steps_s = decode["decode_steps"] * decode["step_ms"] / 1e3
+    assert decode["decode_s"] == pytest.approx(steps_s, rel=0.02, abs=1e-3)
+
+
+def test_sampler_benchmark_rejects_a_preset_for_vllm():
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_samplers.py"), "--preset", "tiny-qwen2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2
+    assert "--preset has no checkpoint for vLLM" in proc.stderr
