@@ -46,6 +46,7 @@ from tango_jax.data.tokenizer import load_tokenizer, tiny_tokenizer
 from tango_jax.models import Transformer, from_pretrained, presets
 from tango_jax.models.config import dtype_from_name
 from tango_jax.models.tiny import write_tiny_checkpoint
+from tango_jax.models.transformer import KVCache
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
 from tango_jax.rollout.base import Prompt, SamplingParams
 from tango_jax.rollout.jax_sampler import JaxSampler
@@ -77,18 +78,13 @@ def decode_numbers(sampler, prompts, params, model, bandwidth: float) -> dict[st
             "decode steps to time; raise --max-tokens or use a model that rarely emits EOS."
         )
     decode_s = full["seconds"] - prefill["seconds"]
-    cfg = model.config
     param_bytes = sum(x.nbytes for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
     slots = round_up(len(prompts[0].token_ids), sampler.prompt_bucket) + params.max_tokens
-    kv_bytes = (
-        2
-        * cfg.num_layers
-        * round_up(rows, sampler.row_bucket)
-        * slots
-        * cfg.num_kv_heads
-        * cfg.head_dim
-        * jnp.dtype(sampler.cache_dtype).itemsize
+    batch = round_up(rows, sampler.row_bucket)
+    cache = jax.eval_shape(  # the cache the sampler allocates, without allocating it
+        lambda: KVCache.init(model.config, batch, slots, sampler.cache_dtype)
     )
+    kv_bytes = sum(x.size * x.dtype.itemsize for x in cache.k + cache.v)
     step_s = decode_s / steps
     floor_s = (param_bytes + kv_bytes) / bandwidth
     return {
@@ -133,11 +129,10 @@ print("RESULT " + json.dumps({"generated_tokens": tokens, "seconds": round(secon
 """
 
 
-def offline_vllm(model_dir, dtype, prompts, params, *, eager: bool, devices) -> dict:
+def offline_vllm(model_dir, dtype, prompts, params, *, eager: bool, devices, on_cpu: bool) -> dict:
     """The same generation through vLLM's offline `LLM.generate` (no HTTP server)."""
     from tango_jax.rollout.vllm.server import VLLMServerConfig, server_env
 
-    on_cpu = devices is None and jax.default_backend() == "cpu"
     env = server_env(
         VLLMServerConfig(
             model=str(model_dir), devices=devices, cpu_kv_cache_gib=1.0 if on_cpu else None
@@ -217,11 +212,10 @@ def main(argv: list[str]) -> int:
     if args.preset and set(backends) & {"vllm", "vllm-offline"}:
         p.error("--preset has no checkpoint for vLLM to load: use --model, or --backends jax")
     if args.preset:
-        cfg = presets.get(args.preset, dtype=dtype_from_name(args.dtype))
-        model = Transformer(cfg, rngs=nnx.Rngs(0))
-        if cfg.dtype != jnp.float32:  # weights in the compute dtype, as a rollout server's
-            params = nnx.state(model, nnx.Param)
-            nnx.update(model, jax.tree.map(lambda x: x.astype(cfg.dtype), params))
+        dtype = dtype_from_name(args.dtype)  # weights in the compute dtype, as a rollout server's
+        model = Transformer(
+            presets.get(args.preset, dtype=dtype, param_dtype=dtype), rngs=nnx.Rngs(0)
+        )
         tokenizer = tiny_tokenizer()
     else:
         model_dir = args.model or write_tiny_checkpoint(tempfile.mkdtemp() + "/tiny", seed=0)
@@ -244,10 +238,17 @@ def main(argv: list[str]) -> int:
                 jax_sampler, prompts, params, model, copy_bandwidth()
             )
     results["device"] = str(jax.devices()[0].device_kind)
-    eager = args.backend == "gloo" and not args.vllm_compile
+    vllm_on_cpu = args.backend == "gloo"  # gloo weight transfer: the CPU build (as the server)
+    eager = vllm_on_cpu and not args.vllm_compile
     if "vllm-offline" in backends:
         results["vllm_offline"] = offline_vllm(
-            model_dir, args.dtype, prompts, params, eager=eager, devices=args.devices
+            model_dir,
+            args.dtype,
+            prompts,
+            params,
+            eager=eager,
+            devices=args.devices,
+            on_cpu=vllm_on_cpu,
         )
     if "vllm" not in backends:
         _ratios(results)
@@ -263,7 +264,7 @@ def main(argv: list[str]) -> int:
         dtype=args.dtype,
         devices=args.devices,
         weight_transfer_backend=args.backend,
-        cpu_kv_cache_gib=1.0 if args.backend == "gloo" else None,
+        cpu_kv_cache_gib=1.0 if vllm_on_cpu else None,
         enforce_eager=eager,
         max_model_len=1024,
     )
