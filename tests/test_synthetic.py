@@ -472,6 +472,35 @@ def test_unlabelled_transcripts_exempt_exactly_the_step_judgments_of_k_step_solu
     assert kinds["k_step"] > 100 and kinds["short"] > 100
 
 
+def test_unlabelled_wrong_exempts_only_the_step_judgments_of_wrong_k_step_solutions():
+    """UNLABELLED_WRONG: UNLABELLED's text; a wrong K-step solution's judgments carry no loss,
+    a right one's (all CORRECT: its outcome) keep theirs."""
+    base = dataclasses.replace(
+        CONFIG, verifier_sft_facts=0.2, verifier_sft_analysis=S.VerifierAnalysis.COMPARE
+    )
+    unlabelled = L.verifier_sft_examples(
+        dataclasses.replace(base, verifier_sft_labels=S.VerifierLabels.UNLABELLED), 300, seed=3
+    )
+    wrong_only = L.verifier_sft_examples(
+        dataclasses.replace(base, verifier_sft_labels=S.VerifierLabels.UNLABELLED_WRONG),
+        300,
+        seed=3,
+    )
+    seen = {True: 0, False: 0}
+    for u, e in zip(unlabelled, wrong_only):
+        assert (e.prompt, e.response, e.correct) == (u.prompt, u.response, u.correct)
+        if e.response.count("<step>") <= 1:
+            assert e.no_loss == ()
+            continue
+        seen[e.correct] += 1
+        if e.correct:
+            assert e.no_loss == ()
+            assert F.parse_verification(e.response).step_judgments == (1, 1, 1)
+        else:
+            assert e.no_loss == u.no_loss and len(e.no_loss) == 3
+    assert seen[True] > 50 and seen[False] > 50
+
+
 def test_fact_checks_write_the_recomputation_before_the_label_with_a_recompute_analysis():
     """With RECOMPUTE transcripts, a fact check's response recomputes the equation's left side
     (its right value, whatever the prompt says) before the label, as a step analysis does."""

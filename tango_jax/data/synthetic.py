@@ -56,6 +56,12 @@ class VerifierLabels(enum.Enum):
     # teaches that a wrong solution's INCORRECT sits anywhere). The verdict keeps its label, and
     # so does the one judgment of a one-step problem (its outcome).
     UNLABELLED = "unlabelled"
+    # UNLABELLED for a wrong solution; a right one's step judgments keep their label, CORRECT,
+    # which is the outcome label copied into every step as ALL_STEPS does (a right synthetic
+    # solution has no wrong step). Measured on the tiny models (docs/miniature.md): the SFT
+    # verifier then says CORRECT at every step (P(INCORRECT) 0.01 at the slip), and
+    # outcome-reward RL cannot find the slip from there; UNLABELLED works better.
+    UNLABELLED_WRONG = "unlabelled_wrong"
 
 
 class VerifierAnalysis(enum.Enum):

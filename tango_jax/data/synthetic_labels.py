@@ -10,12 +10,14 @@ models):
     the label; the K step judgments are either the label copied into every step (ALL_STEPS) or,
     for a wrong solution, one INCORRECT at a random step and CORRECT elsewhere (RANDOM_STEP),
     or RANDOM_STEP's text with no loss on the step judgments of a K-step transcript (UNLABELLED:
-    only the verdict is taught, `SFTExample.no_loss`);
-    each step's analysis is a generic sentence (GENERIC) or the step's operation recomputed
-    (RECOMPUTE). The outcome label says nothing about which step is wrong, and neither choice
-    adds step information: RANDOM_STEP's position is independent of the error. ALL_STEPS turned
-    out to be an exploration trap (the verdict is settled at the first step judgment, so RL
-    cannot move an INCORRECT to a location); the tiny config uses RANDOM_STEP with RECOMPUTE
+    only the verdict is taught, `SFTExample.no_loss`; UNLABELLED_WRONG: no loss on a wrong
+    solution's step judgments, a right solution's all CORRECT as in ALL_STEPS); each step's
+    analysis is a generic sentence (GENERIC), the step's operation recomputed (RECOMPUTE) or
+    the written and the recomputed value side by side (COMPARE). The outcome label says
+    nothing about which step is wrong, and no choice adds step information: RANDOM_STEP's
+    position is independent of the error. ALL_STEPS turned out to be an exploration trap (the
+    verdict is settled at the first step judgment, so RL cannot move an INCORRECT to a
+    location); the tiny config uses UNLABELLED with COMPARE and fact checks
     (docs/miniature.md has the measurements). Step judgments are learned from RL alone
     (TANGO_SPEC §3.4).
 
@@ -62,7 +64,8 @@ class SFTExample:
     correct: the outcome label of the solution the example is about.
     problem_id: the `ArithProblem.id` it comes from.
     no_loss: (start, end) character spans of `response` whose tokens carry no SFT loss (the
-    step judgments of an UNLABELLED transcript); the rest of the response is learned.
+    step judgments of an UNLABELLED transcript, or of a wrong solution's UNLABELLED_WRONG
+    transcript); the rest of the response is learned.
     """
 
     prompt: str
@@ -104,12 +107,13 @@ def verification_transcript(
     """The verifier SFT target for `solution`, from its outcome label only.
 
     Labels (`config.verifier_sft_labels`): ALL_STEPS copies the label into all K judgments;
-    RANDOM_STEP (and UNLABELLED, whose judgments `verifier_sft_examples` then exempts from the
-    loss) marks a correct solution's steps all CORRECT and, for a wrong one, one step
-    INCORRECT at a position drawn at random (seeded by (seed, question)), independent of where
-    the error is. Analyses (`config.verifier_sft_analysis`): GENERIC is the same sentence for
-    every step; RECOMPUTE writes the step's operation with its right result. The verdict is the
-    outcome label. See the module docstring for why.
+    RANDOM_STEP (and UNLABELLED and UNLABELLED_WRONG, whose judgments `verifier_sft_examples`
+    then exempts from the loss, all or a wrong solution's) marks a correct solution's steps
+    all CORRECT and, for a wrong one, one step INCORRECT at a position drawn at random (seeded
+    by (seed, question)), independent of where the error is. Analyses
+    (`config.verifier_sft_analysis`): GENERIC is the same sentence for every step; RECOMPUTE
+    writes the step's operation with its right result; COMPARE the written value and the
+    recomputation. The verdict is the outcome label. See the module docstring for why.
     """
     num_steps = len(solution.problem.ops)
     label = formats.CORRECT if solution.correct else formats.INCORRECT
@@ -177,7 +181,9 @@ def verifier_sft_examples(
         solution = reference_solution(problem) if correct else slipped_solution(problem, seed=seed)
         prompt = templates.render_verifier_prompt(problem.question, solution.text, style=style)
         transcript = verification_transcript(solution, config, seed=seed)
-        unlabelled = config.verifier_sft_labels is VerifierLabels.UNLABELLED
+        unlabelled = config.verifier_sft_labels is VerifierLabels.UNLABELLED or (
+            config.verifier_sft_labels is VerifierLabels.UNLABELLED_WRONG and not correct
+        )
         no_loss = step_judgment_spans(transcript) if unlabelled and len(problem.ops) > 1 else ()
         out.append(SFTExample(prompt, transcript, correct, problem.id, no_loss))
     return out
