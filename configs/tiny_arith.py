@@ -1,32 +1,57 @@
 """Tiny Tango on synthetic arithmetic: the default run, end to end on a 2-core CPU.
 
-    python -m tango_jax.train --config configs/tiny_arith.py
+    python -m tango_jax.train --config configs/tiny_arith.py             # Tango (~5 min)
     python -m tango_jax.train --config configs/tiny_arith.py --config.seed=1 \\
         --config.run_dir=runs/tiny_arith_s1
-    python -m tango_jax.train --config configs/tiny_arith.py:grpo   # the rule-reward baseline
+    python -m tango_jax.train --config configs/tiny_arith.py:grpo        # rule-reward baseline
+    python -m tango_jax.train --config configs/tiny_arith.py:fixed_verifier
+    python -m tango_jax.train --config configs/tiny_arith.py:tango,scratch   # SFT in the run too
 
-A randomly initialised 2-layer Qwen2-style generator (head size 64, 0.5M parameters, the
-project's 512-token tokenizer) gets 1200 SFT steps on step-by-step solutions (a fifth of them
-with an arithmetic slip); the verifier starts from that SFT generator and gets 300 SFT steps on
-transcripts built from outcome labels only (docs/miniature.md says why each choice); then a
-verifier warm-up, the [G, G, G, V] cycle and held-out evaluations (accuracy greedy and sampled,
-the verifier's ProcessBench-style step F1). The structure is the paper's; the sizes and
-learning rates are a CPU's (commented where they differ from configs/tango_qwen2_5_math_7b.py).
-Every field is documented where its dataclass is defined (tango_jax/config.py lists them);
-this file sets only what differs from the paper's defaults. Results over seeds:
-`scripts/study.py`, README.md "What the tiny run shows", docs/miniature.md.
+The config string is VARIANT[,scratch]. By default RL starts from the SFT checkpoints shipped
+in tango_jax/assets/tiny_arith_sft/ (2-layer Qwen2-style models, head size 64, 0.5M parameters,
+the project's 512-token tokenizer), which `python scripts/make_tiny_sft.py` reproduces from
+random init (~25 min on the 2-core CPU: too long for the main job, which must take minutes).
+`,scratch` runs the SFT inside the run instead, from random init: the generator's 1200 steps on
+step-by-step solutions (a fifth of them with an arithmetic slip), then the first of the
+verifier's two SFT phases (the shipped verifier has both; make_tiny_sft.py runs the second).
+
+The verifier's SFT carries outcome labels only (docs/miniature.md says why each choice): the
+verdict of each transcript is labelled, the step judgments get no loss (`unlabelled`), each step
+analysis writes the value as written next to the recomputed one (`compare`), and most examples
+are one-equation fact checks from other training problems in the same layout (arithmetic
+knowledge, never a step label of a verified solution). Then RL: 40 verifier warm-up steps, the
+[G, G, G, V] cycle, held-out evaluations (generator accuracy greedy and sampled, the verifier's
+ProcessBench-style step F1). The structure is the paper's; sizes and learning rates are a CPU's
+(commented where they differ from configs/tango_qwen2_5_math_7b.py). Every field is documented
+where its dataclass is defined (tango_jax/config.py lists them); this file sets only what
+differs from the paper's defaults. Results over seeds: `scripts/study.py`, README.md "What the
+tiny run shows", docs/miniature.md.
 """
 
+from pathlib import Path
+
+import tango_jax
 from tango_jax.config import base_config
 
 VARIANTS = ("tango", "grpo", "fixed_verifier")
+STARTS = ("", "scratch")
+# The SFT checkpoints RL starts from by default (scripts/make_tiny_sft.py writes them).
+SFT_ASSETS = Path(tango_jax.__file__).resolve().parent / "assets" / "tiny_arith_sft"
 
 
-def get_config(variant: str = "tango"):
-    """variant: tango (default) | grpo (rule-based reward only, no verifier; the same number
-    of generator steps) | fixed_verifier (the SFT verifier, never updated)."""
+def get_config(arg: str = "tango"):
+    """arg: VARIANT[,scratch]. VARIANT: tango (default) | grpo (rule-based reward only, no
+    verifier; the same number of generator steps) | fixed_verifier (the SFT verifier, never
+    updated). `,scratch`: random init and SFT inside the run instead of the shipped SFT."""
+    variant, _, start = arg.partition(",")
     if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; choose one of {VARIANTS}.")
+        raise ValueError(
+            f"unknown variant {variant!r} in config string {arg!r}; choose one of {VARIANTS}."
+        )
+    if start not in STARTS:
+        raise ValueError(
+            f"unknown start {start!r} in config string {arg!r}: write VARIANT or VARIANT,scratch."
+        )
     c = base_config()
     suffix = "" if variant == "tango" else f"_{variant}"
     c.name = f"tiny_arith{suffix}"
@@ -38,13 +63,18 @@ def get_config(variant: str = "tango"):
     c.checkpoint.every_steps = 20
     c.checkpoint.keep = 2
     # Generator: 4 samples per prompt (paper 5), ~62-token solutions. Verifier: 4 verifications
-    # per solution in verifier steps, ~85-token transcripts.
-    for role, seed, max_tokens, max_prompt_len in (
-        (c.generator, 1, 96, 256),
-        (c.verifier, 2, 128, 384),
+    # per solution in verifier steps, ~140-token transcripts.
+    for name, seed, max_tokens, max_prompt_len in (
+        ("generator", 1, 96, 256),
+        ("verifier", 2, 160, 384),
     ):
-        role.model.preset = "tiny-qwen2"  # random init, written to run_dir/initial/<role>
-        role.model.init_seed = seed
+        role = c[name]
+        if start == "scratch":
+            role.model.preset = "tiny-qwen2"  # random init, written to run_dir/initial/<role>
+            role.model.init_seed = seed
+        else:
+            role.model.preset = ""
+            role.model.path = str(SFT_ASSETS / name)
         role.dtype = "float32"  # a CPU has no fast bf16
         role.remat = False  # nothing to save at this size
         role.rollout.n = 4
@@ -59,28 +89,35 @@ def get_config(variant: str = "tango"):
         vllm.sync.bucket_bytes = 64 * 2**20
         vllm.server.cpu_kv_cache_gib = 1.0
         vllm.server.enforce_eager = True
-        # lr far above the paper's 1e-6: a 0.5M-parameter model, a few dozen updates
-        role.trainer.optimizer.learning_rate = 1e-4
+        # lr far above the paper's 1e-6: a 0.5M-parameter model, a few dozen updates. The
+        # verifier's 3e-4 (seed 0, 40 verifier-only steps: held-out step F1 0.03 -> 0.09 at
+        # 1e-4, 0.24 at 3e-4, 0.00 at 1e-3; docs/miniature.md)
+        role.trainer.optimizer.learning_rate = 1e-4 if name == "generator" else 3e-4
         # micro-batches of 8: the same gradient (exact accumulation), 1.2-2x faster on a 2-core
-        # CPU than 32-64 rows at once (README, Benchmarks); the study ran with 64 and 32
+        # CPU than 32-64 rows at once (README, Benchmarks)
         role.trainer.micro_batch_size = 8
-    # 12 verifier warm-up steps, then 48 steps of [G, G, G, V]: 36 G and 24 V steps in all.
-    c.schedule.total_steps = 60
-    c.schedule.verifier_warmup_steps = 12
+    # 40 verifier warm-up steps (the paper's number), then 48 steps of [G, G, G, V]:
+    # 36 G and 52 V steps in all.
+    c.schedule.total_steps = 88
+    c.schedule.verifier_warmup_steps = 40
     c.data.prompts_per_step = 32
     c.data.eval_size = 128
     c.data.prompt_style = "compact"
+    # The verifier's SFT data (outcome labels only; what the shipped verifier was trained on).
+    c.data.arith.verifier_sft_labels = "unlabelled"
+    c.data.arith.verifier_sft_analysis = "compare"
+    c.data.arith.verifier_sft_facts = 0.5  # phase 2 (make_tiny_sft.py): 0.75
     # Format SFT of both models (the paper SFTs only the generator; its verifier is a 7B base
-    # model that can follow the format, which a random tiny model cannot).
-    for stage, steps in ((c.sft.generator, 1200), (c.sft.verifier, 300)):
-        stage.enable = True
+    # model that can follow the format and check arithmetic, which a random tiny model cannot).
+    for stage, steps in ((c.sft.generator, 1200), (c.sft.verifier, 2000)):
+        stage.enable = start == "scratch"
         stage.steps = steps
         stage.batch_size = 32
         stage.trainer.optimizer.learning_rate = 3e-3
         stage.trainer.micro_batch_size = 8
-    c.sft.verifier.start_from_generator = True
-    c.data.arith.verifier_sft_labels = "random_step"
-    c.data.arith.verifier_sft_analysis = "recompute"
+    c.sft.verifier.num_examples = 64_000  # every example seen about once
+    # from scratch, the verifier's SFT starts from the SFT generator: it can do the arithmetic
+    c.sft.verifier.start_from_generator = start == "scratch"
     if variant != "tango":  # same generator steps (36), no verifier updates
         c.verifier.trainable = False
         c.schedule.total_steps = 36

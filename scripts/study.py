@@ -7,13 +7,13 @@ seeds, with 95% intervals (docs/miniature.md reports it).
     python scripts/study.py --summary-only                   # tables and plots of finished runs
 
 For each seed S it runs `python -m tango_jax.train --config configs/tiny_arith.py[:variant]
---config.seed=S --config.generator.model.init_seed=100+S` for the variants tango, grpo and
-fixed_verifier (a finished run is resumed, i.e. skipped). The tango run of a seed does the SFT
-of both models; the other variants of that seed start from copies of its `initial/` and `sft/`
-(the variants' SFT settings are identical, so this only saves time): for a seed, all three
-start RL from the same SFT generator, and the differences between them are paired. With
-`--sft-from RUN_DIR` every run starts from that run's SFT instead (faster; the intervals then
-cover the randomness of RL only, not of SFT).
+--config.seed=S` for the variants tango, grpo and fixed_verifier (a finished run is resumed,
+i.e. skipped). All three start RL from the same SFT checkpoints, so the differences between
+them are paired: by default the shipped ones (tango_jax/assets/tiny_arith_sft/, made on seed 0
+by scripts/make_tiny_sft.py), so the intervals cover the randomness of RL only; with
+`--sft-from DIR` the checkpoints in DIR/generator and DIR/verifier; with `--sft-per-seed` each
+seed first makes its own (make_tiny_sft.py --seed S, ~25 min each), so the intervals cover SFT
+too.
 
 Writes under --root: one run directory and log per (variant, seed), `results.json` (every
 held-out evaluation of every run, indexed by generator updates), `table.md` (before -> after RL
@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -74,11 +73,14 @@ def run_dir(root: Path, variant: str, seed: int) -> Path:
     return root / f"{variant}_s{seed}"
 
 
-def command(
-    root: Path, variant: str, seed: int, overrides: list[str], shared_sft: bool
-) -> list[str]:
+def command(root: Path, variant: str, seed: int, overrides: list[str], sft: str) -> list[str]:
     config = CONFIG if variant == "tango" else f"{CONFIG}:{variant}"
-    init = [] if shared_sft else [f"--config.generator.model.init_seed={100 + seed}"]
+    start = []
+    if sft:  # checkpoints other than the config's shipped ones
+        start = [
+            f"--config.{role}.model.path={Path(sft).resolve() / role}"
+            for role in ("generator", "verifier")
+        ]
     return [
         sys.executable,
         "-m",
@@ -86,26 +88,37 @@ def command(
         "--config",
         config,
         f"--config.seed={seed}",
-        *init,
         f"--config.run_dir={run_dir(root, variant, seed)}",
+        *start,
         *(f"--config.{o}" for o in overrides),
     ]
 
 
-def run(root: Path, variant: str, seed: int, overrides: list[str], sft_from: str) -> str:
-    """One run; it starts from the SFT in `sft_from` (a run directory) if given, else from
-    the tango run's SFT of its seed (the tango run itself does it)."""
-    out = run_dir(root, variant, seed)
-    src = Path(sft_from) if sft_from else run_dir(root, "tango", seed)
-    if sft_from or variant != "tango":
-        while not (src / "sft" / "verifier").exists():
-            time.sleep(10)
-        for sub in ("initial", "sft"):
-            if not (out / sub).exists():
-                shutil.copytree(src / sub, out / sub)
+def sft_dir(root: Path, seed: int) -> Path:
+    """Where --sft-per-seed puts seed `seed`'s SFT checkpoints."""
+    return root / f"sft_s{seed}" / "out"
+
+
+def make_sft(root: Path, seed: int) -> str:
+    """make_tiny_sft.py for one seed (skipped when its checkpoints exist)."""
+    out = sft_dir(root, seed)
+    if (out / "recipe.json").exists():
+        return f"SFT seed {seed}: done before"
+    t0 = time.perf_counter()
+    cmd = [sys.executable, str(Path(__file__).parent / "make_tiny_sft.py"), "--seed", str(seed)]
+    cmd += ["--work", str(out.parent), "--out", str(out)]
+    with open(root / f"sft_s{seed}.log", "a") as log:
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+    if rc:
+        raise SystemExit(f"SFT of seed {seed} failed (exit {rc}): {root}/sft_s{seed}.log")
+    return f"SFT seed {seed}: {(time.perf_counter() - t0) / 60:.1f} min"
+
+
+def run(root: Path, variant: str, seed: int, overrides: list[str], sft: str) -> str:
+    """One run, from the SFT checkpoints in `sft` (default: the config's shipped ones)."""
     t0 = time.perf_counter()
     with open(root / f"{variant}_s{seed}.log", "a") as log:
-        cmd = command(root, variant, seed, overrides, bool(sft_from))
+        cmd = command(root, variant, seed, overrides, sft)
         rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
     minutes = (time.perf_counter() - t0) / 60
     return f"{variant} seed {seed}: rc {rc}, {minutes:.1f} min"
@@ -247,22 +260,34 @@ def main(argv: list[str]) -> int:
     p.add_argument(
         "--sft-from",
         default="",
-        help="a run directory whose initial/ and sft/ every run starts from (one SFT shared by "
-        "all seeds: the interval then covers RL's randomness only); default: one SFT per seed",
+        help="a directory with generator/ and verifier/ SFT checkpoints every run starts from "
+        "(default: the shipped tango_jax/assets/tiny_arith_sft/)",
+    )
+    p.add_argument(
+        "--sft-per-seed",
+        action="store_true",
+        help="each seed first makes its own SFT (scripts/make_tiny_sft.py --seed S)",
     )
     p.add_argument("--summary-only", action="store_true")
     args = p.parse_args(argv)
     root = Path(args.root)
     root.mkdir(parents=True, exist_ok=True)
+    if args.sft_from and args.sft_per_seed:
+        raise SystemExit("--sft-from and --sft-per-seed exclude each other: choose one.")
     if not args.summary_only:
-        # Tango runs first: the other variants of a seed wait for its SFT.
-        order = [(v, s) for v in VARIANTS for s in args.seeds if v in args.variants]
-        if "tango" not in args.variants:
-            raise SystemExit("--variants must include tango (the other variants reuse its SFT).")
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-            for done in concurrent.futures.as_completed(
-                [pool.submit(run, root, v, s, args.set, args.sft_from) for v, s in order]
-            ):
+            if args.sft_per_seed:
+                for done in concurrent.futures.as_completed(
+                    [pool.submit(make_sft, root, s) for s in args.seeds]
+                ):
+                    print(done.result(), flush=True)
+            # Tango runs first: they take longest.
+            order = [(v, s) for v in VARIANTS for s in args.seeds if v in args.variants]
+            jobs = []
+            for v, s in order:
+                sft = str(sft_dir(root, s)) if args.sft_per_seed else args.sft_from
+                jobs.append(pool.submit(run, root, v, s, args.set, sft))
+            for done in concurrent.futures.as_completed(jobs):
                 print(done.result(), flush=True)
     results = collect(root, args.seeds)
     (root / "results.json").write_text(json.dumps(results, indent=1))

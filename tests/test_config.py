@@ -81,7 +81,7 @@ def test_smollm2_variants_mean_what_they_say():
 
 
 def _tiny():
-    return _load("tiny_arith").to_dict()
+    return _load("tiny_arith", "tango,scratch").to_dict()
 
 
 def test_unknown_field_is_named_with_suggestion():

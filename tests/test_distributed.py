@@ -165,7 +165,7 @@ def _train_flags(run_dir: Path) -> list[str]:
             out |= flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v}
         return out
 
-    tiny = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config()
+    tiny = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config("tango,scratch")
     base = flat(to_dict(load_run_config(tiny)))
     short = flat(to_dict(_short_config(run_dir, total_steps=3)))
     fields = {k: v for k, v in short.items() if base[k] != v}
@@ -187,7 +187,8 @@ def _train(run_dir: Path, processes: int) -> list[subprocess.Popen]:
     processes (the config's distributed.* fields, gloo between processes); logs beside
     run_dir. The runs in one directory share JAX's compilation cache: a resumed run loads the
     programs its layout's first run compiled (most of a run's time here is compiling)."""
-    cmd = [sys.executable, "-m", "tango_jax.train", f"--config={ROOT / 'configs/tiny_arith.py'}"]
+    config = f"--config={ROOT / 'configs/tiny_arith.py'}:tango,scratch"  # SFT in the run
+    cmd = [sys.executable, "-m", "tango_jax.train", config]
     cmd += _train_flags(run_dir)
     port = _free_port()
     procs = []

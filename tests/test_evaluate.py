@@ -32,7 +32,7 @@ STEP = 3
 def _tiny_config(run_dir: Path):
     """tiny_arith with 12-token greedy budgets and one prompt width per role (one compiled
     program each)."""
-    c = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config()
+    c = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config("tango,scratch")
     c.run_dir = str(run_dir)
     c.scorer_workers = 1
     c.mesh = dict(data=1, fsdp=-1, tensor=1)
@@ -245,7 +245,8 @@ def test_the_users_templates_reach_the_benchmarks(run_dir, data_dir, tmp_path):
     config = tmp_path / "with_templates.py"
     config.write_text(
         "from tango_jax.config import sibling_config\n\n\ndef get_config():\n"
-        f"    c = sibling_config({str(CONFIGS / 'x.py')!r}, 'tiny_arith').get_config()\n"
+        f"    c = sibling_config({str(CONFIGS / 'x.py')!r}, 'tiny_arith')\n"
+        "    c = c.get_config('tango,scratch')\n"
         f"    c.data.template_files.generator_ood = {str(ood)!r}\n"
         "    return c\n"
     )

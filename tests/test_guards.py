@@ -29,7 +29,7 @@ CONFIGS = REPO / "configs"
 
 
 def _tiny(run_dir: Path, **changes):
-    c = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config()
+    c = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config("tango,scratch")
     c.run_dir = str(run_dir)
     for path, value in changes.items():
         *heads, last = path.split(".")
@@ -47,7 +47,7 @@ def _train(*overrides: str) -> subprocess.CompletedProcess:
             "-m",
             "tango_jax.train",
             "--config",
-            str(CONFIGS / "tiny_arith.py"),
+            f"{CONFIGS / 'tiny_arith.py'}:tango,scratch",
             *overrides,
         ],
         capture_output=True,

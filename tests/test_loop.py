@@ -37,7 +37,7 @@ def _short_config(
     run_dir: Path, *, backend: str = "jax", total_steps: int = 5, variant: str = "tango"
 ):
     """tiny_arith shrunk to seconds per step: V (warm-up), then G, G, G, V."""
-    c = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config(variant)
+    c = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config(f"{variant},scratch")
     c.run_dir = str(run_dir)
     c.scorer_workers = 1
     # The session's 8 simulated devices: FSDP over 2 and tensor parallelism over 4, so the loop

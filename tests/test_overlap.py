@@ -39,7 +39,7 @@ def _config(
     """tests/test_loop.py's shortened tiny loop (V warm-up, then G, G, G, V), overlapped, with
     a truncated importance correction on both trained roles; no SFT, evaluation or
     TensorBoard (not what these tests check, and they cost most of a short run)."""
-    c = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config(variant)
+    c = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config(f"{variant},scratch")
     c.run_dir = str(run_dir)
     c.scorer_workers = 1
     c.mesh = dict(data=1, fsdp=2, tensor=4)

@@ -28,7 +28,7 @@ def _weights(path: Path) -> dict[str, np.ndarray]:
 
 
 def _config(run_dir: Path, *, verifier_sft: bool):
-    c = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config()
+    c = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config("tango,scratch")
     c.run_dir = str(run_dir)
     c.mesh = dict(data=1, fsdp=2, tensor=4)
     for stage in (c.sft.generator, c.sft.verifier):

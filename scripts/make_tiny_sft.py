@@ -1,0 +1,141 @@
+"""Reproduces the SFT checkpoints that configs/tiny_arith.py starts RL from.
+
+    python scripts/make_tiny_sft.py                       # ~25 min on a 2-core CPU
+    python scripts/make_tiny_sft.py --seed 1 --out runs/tiny_sft_s1/out   # another SFT seed
+
+Two runs of the train command, SFT only (`schedule.total_steps=0`), from random init:
+
+1. `configs/tiny_arith.py:tango,scratch`: the generator's SFT (1200 steps x 32, cosine lr
+   3e-3), then the verifier's first SFT phase from that generator (2000 steps x 32, lr 3e-3,
+   half of the examples one-equation fact checks).
+2. The verifier's second phase from the first (`PHASE_2`: 3000 steps x 32, lr 2e-3, three
+   quarters fact checks). In the first phase the fact checks are learned only partly; with the
+   second they are learned completely and carry over to the step judgments of transcripts
+   (docs/miniature.md, "Claim 1").
+
+Everything stays outcome-labelled: no step label of a verified solution anywhere. The
+generator of phase 1 and the verifier of phase 2 are copied to --out (by default the shipped
+tango_jax/assets/tiny_arith_sft/) with `recipe.json`: the commands, the commit, the date and
+the held-out evaluation of the two checkpoints (the step-0 evaluation of phase 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = str(ROOT / "configs" / "tiny_arith.py")
+DEFAULT_OUT = ROOT / "tango_jax" / "assets" / "tiny_arith_sft"
+# The verifier's second SFT phase: more fact checks, a lower learning rate, from phase 1.
+PHASE_2 = (
+    "data.arith.verifier_sft_facts=0.75",
+    "sft.verifier.steps=3000",
+    "sft.verifier.num_examples=96000",
+    "sft.verifier.trainer.optimizer.learning_rate=2e-3",
+)
+# Copied into recipe.json: the SFT checkpoints' held-out numbers.
+EVAL_KEYS = (
+    "eval/generator/accuracy",
+    "eval/generator/sampled_accuracy",
+    "eval/verifier/verdict_accuracy",
+    "eval/verifier/step_f1",
+    "eval/verifier/step_acc_erroneous",
+    "eval/verifier/step_acc_correct",
+)
+
+
+def phase_commands(work: Path, seed: int, extra: list[str]) -> list[list[str]]:
+    base = [sys.executable, "-m", "tango_jax.train", "--config", f"{CONFIG}:tango,scratch"]
+    common = [f"--config.seed={seed}", "--config.schedule.total_steps=0"]
+    overrides = [f"--config.{o}" for o in extra]  # last: they win over PHASE_2
+    p1 = work / "phase1" / "sft"
+    return [
+        [*base, f"--config.run_dir={work / 'phase1'}", *common, *overrides],
+        [
+            *base,
+            f"--config.run_dir={work / 'phase2'}",
+            *common,
+            f"--config.generator.model.path={p1 / 'generator'}",
+            "--config.generator.model.preset=",
+            f"--config.verifier.model.path={p1 / 'verifier'}",
+            "--config.verifier.model.preset=",
+            "--config.sft.generator.enable=False",
+            "--config.sft.verifier.start_from_generator=False",
+            *(f"--config.{o}" for o in PHASE_2),
+            *overrides,
+        ],
+    ]
+
+
+def shown(cmd: list[str]) -> str:
+    """A command as recipe.json records it: `python`, paths relative to the repository."""
+    text = " ".join(["python", *cmd[1:]])
+    return text.replace(f"{ROOT}/", "")
+
+
+def step0_eval(run_dir: Path) -> dict[str, float]:
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if row.get("phase") == "eval" and row.get("step") == 0:
+            return {k: row[k] for k in EVAL_KEYS if k in row}
+    raise SystemExit(f"{run_dir}/metrics.jsonl has no step-0 evaluation.")
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--seed", type=int, default=0, help="the SFT's seed (data, sampling)")
+    p.add_argument("--work", default="runs/tiny_arith_sft", help="the two runs' directories")
+    p.add_argument("--out", default=str(DEFAULT_OUT), help="where the two checkpoints go")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="a --config.FIELD=VALUE override for both phases (repeatable)",
+    )
+    args = p.parse_args(argv)
+    work, out = Path(args.work).resolve(), Path(args.out).resolve()
+    commands = phase_commands(work, args.seed, args.set)
+    for phase, cmd in enumerate(commands, 1):
+        run_dir = work / f"phase{phase}"
+        if (run_dir / "sft" / "verifier").exists():
+            print(f"phase {phase}: done before ({run_dir})", flush=True)
+            continue
+        t0 = time.perf_counter()
+        print(f"phase {phase}: {' '.join(cmd)}", flush=True)
+        rc = subprocess.run(cmd, cwd=ROOT).returncode
+        if rc:
+            raise SystemExit(f"phase {phase} failed (exit {rc}); its log is above.")
+        print(f"phase {phase}: {(time.perf_counter() - t0) / 60:.1f} min", flush=True)
+    staging = out.with_name(out.name + ".tmp")  # never a half-written --out
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    shutil.copytree(work / "phase1" / "sft" / "generator", staging / "generator")
+    shutil.copytree(work / "phase2" / "sft" / "verifier", staging / "verifier")
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    recipe = {
+        "made_by": "python scripts/make_tiny_sft.py " + " ".join(argv),
+        "commands": [shown(c) for c in commands],
+        "commit": commit,
+        "date": datetime.date.today().isoformat(),
+        "held_out_eval": step0_eval(work / "phase2"),
+    }
+    (staging / "recipe.json").write_text(json.dumps(recipe, indent=1) + "\n")
+    shutil.rmtree(out, ignore_errors=True)
+    staging.rename(out)
+    print(json.dumps(recipe["held_out_eval"], indent=1))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

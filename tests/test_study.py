@@ -1,0 +1,136 @@
+"""The miniature's tooling: the shipped SFT checkpoints the default config starts from, the
+script that makes them (end to end, cut to a few steps), and the study's statistics."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tango_jax.config import load_run_config, sibling_config
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = ROOT / "configs"
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _tiny(arg: str = "tango"):
+    return sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config(arg)
+
+
+def test_the_default_config_starts_rl_from_the_shipped_sft_and_scratch_does_the_sft():
+    module = sibling_config(str(CONFIGS / "x.py"), "tiny_arith")
+    for variant in module.VARIANTS:
+        cfg = load_run_config(_tiny(variant))
+        for role in (cfg.generator, cfg.verifier):
+            assert Path(role.model.path).parent == module.SFT_ASSETS and not role.model.preset
+        assert not cfg.sft.generator.enable and not cfg.sft.verifier.enable
+    scratch = load_run_config(_tiny("tango,scratch"))
+    assert scratch.generator.model.preset == "tiny-qwen2" and not scratch.generator.model.path
+    assert scratch.sft.generator.enable and scratch.sft.verifier.enable
+    assert not load_run_config(_tiny("grpo,scratch")).sft.verifier.enable
+    with pytest.raises(ValueError, match="write VARIANT or VARIANT,scratch"):
+        _tiny("tango,scrach")
+    with pytest.raises(ValueError, match="unknown variant 'tang'"):
+        _tiny("tang")
+
+
+def test_the_shipped_checkpoints_load_and_say_how_they_were_made():
+    import jax
+
+    from tango_jax.data.tokenizer import load_tokenizer, tiny_tokenizer
+    from tango_jax.models import from_pretrained
+    from tango_jax.parallel.mesh import MeshConfig, make_mesh
+
+    assets = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").SFT_ASSETS
+    recipe = json.loads((assets / "recipe.json").read_text())
+    # the verifier's second phase is the script's PHASE_2, started from phase 1's verifier
+    phase2 = recipe["commands"][1]
+    for field in _script("make_tiny_sft").PHASE_2:
+        assert f"--config.{field}" in phase2
+    assert "phase1/sft/verifier" in phase2 and "--config.schedule.total_steps=0" in phase2
+    assert 0.0 <= recipe["held_out_eval"]["eval/verifier/step_f1"] <= 1.0
+    mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
+    expected = tiny_tokenizer().get_vocab()
+    for role in ("generator", "verifier"):
+        assert load_tokenizer(assets / role).get_vocab() == expected
+        model = from_pretrained(assets / role, mesh=mesh)
+        assert model.config.num_layers == 2 and model.config.head_dim == 64
+
+
+@pytest.mark.slow
+def test_make_tiny_sft_runs_both_phases_and_writes_the_checkpoints(tmp_path):
+    """The real script, each phase cut to 2 SFT steps and a small evaluation."""
+    out, work = tmp_path / "out", tmp_path / "work"
+    small = [
+        "sft.generator.steps=2",
+        "sft.verifier.steps=2",
+        "sft.generator.num_examples=64",
+        "sft.verifier.num_examples=64",
+        "data.eval_size=4",
+        "eval.sampled_n=1",
+        "eval.process_bench_size=4",
+        "generator.eval_max_tokens=8",
+        "verifier.eval_max_tokens=8",
+    ]
+    cmd = [sys.executable, str(ROOT / "scripts" / "make_tiny_sft.py")]
+    cmd += ["--work", str(work), "--out", str(out), *(f"--set={o}" for o in small)]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert sorted(p.name for p in out.iterdir()) == ["generator", "recipe.json", "verifier"]
+    phase2 = json.loads((work / "phase2" / "config.json").read_text())
+    assert phase2["verifier"]["model"]["path"] == str(work / "phase1" / "sft" / "verifier")
+    assert phase2["data"]["arith"]["verifier_sft_facts"] == 0.75
+    assert phase2["sft"]["verifier"]["steps"] == 2  # --set wins over PHASE_2
+    recipe = json.loads((out / "recipe.json").read_text())
+    assert set(recipe["held_out_eval"]) >= {"eval/verifier/step_f1", "eval/generator/accuracy"}
+    # what was copied is what the phases wrote
+    for role, phase in (("generator", "phase1"), ("verifier", "phase2")):
+        src = work / phase / "sft" / role / "model.safetensors"
+        assert (out / role / "model.safetensors").read_bytes() == src.read_bytes()
+    assert not (tmp_path / "out.tmp").exists()
+
+
+def test_mean_ci_is_the_student_t_interval():
+    study = _script("study")
+    x = [0.2, 0.5, 0.35]
+    mean, half = study.mean_ci(x)
+    assert mean == pytest.approx(0.35)
+    assert half == pytest.approx(4.303 * np.std(x, ddof=1) / math.sqrt(3))
+    assert study.mean_ci([0.4]) == (0.4, pytest.approx(float("nan"), nan_ok=True))
+    assert study.fmt(0.3, 0.05) == "0.300 ± 0.050" and study.fmt(0.3, float("nan")) == "0.300"
+
+
+def test_the_study_table_reports_changes_and_paired_differences():
+    study = _script("study")
+    f1, sampled = "eval/verifier/step_f1", "eval/generator/sampled_accuracy"
+    results = {
+        "tango": {
+            "1": {f1: [[0, 0.1], [36, 0.4]], sampled: [[0, 0.7], [36, 0.8]]},
+            "2": {f1: [[0, 0.1], [36, 0.3]], sampled: [[0, 0.6], [36, 0.7]]},
+        },
+        "grpo": {
+            "1": {sampled: [[0, 0.7], [36, 0.75]]},
+            "2": {sampled: [[0, 0.6], [36, 0.65]]},
+        },
+    }
+    text = study.table(results, [1, 2])
+    # change of Tango's step F1: +0.3 and +0.2 -> 0.25 ± 12.706 * 0.0707 / sqrt(2)
+    f1_row = "| tango | verifier step F1 (ProcessBench-style) | 0.100 ± 0.000 | 0.350 ± 0.635 |"
+    assert f1_row + " 0.250 ± 0.635 |" in text
+    per_seed = "s1 0.100 -> 0.400; s2 0.100 -> 0.300"
+    assert f"- tango, verifier step F1 (ProcessBench-style): {per_seed}" in text
+    # paired: Tango - GRPO at the end = 0.05 in both seeds
+    assert "| tango - grpo | generator accuracy, sampled at T=1 | 0.050 ± 0.000 |" in text
