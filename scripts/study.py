@@ -20,7 +20,9 @@ held-out evaluation of every run, indexed by generator updates), `table.md` (bef
 per variant as mean ± 95% t-interval over seeds, the paired differences Tango - GRPO and
 Tango - fixed verifier at the end, and the trivial baselines of the verifier's step F1),
 `curves_generator.png` and `curves_verifier.png` (mean ± 95% interval against generator
-updates). Seed 0 is the tuning seed: do not report it.
+updates), and the verifier's location skill: its first-error rate and F1 against a verifier
+that passes as many correct solutions but names a random step otherwise. Seed 0 is the
+tuning seed: do not report it.
 """
 
 from __future__ import annotations
@@ -149,22 +151,64 @@ def collect(root: Path, seeds: list[int]) -> dict:
     return results
 
 
-def baselines() -> dict[str, float]:
-    """Step F1 of the trivial verifiers on the runs' miniature ProcessBench."""
+def bench_items() -> tuple[list[int], list[int]]:
+    """(first-error labels, step counts) of the runs' miniature ProcessBench items."""
     from tango_jax.config import load_run_config, sibling_config
     from tango_jax.data import synthetic_labels
-    from tango_jax.tango import process_bench as pb
 
     cfg = load_run_config(sibling_config(CONFIG, "tiny_arith").get_config())
     items = synthetic_labels.process_items(
         cfg.data.arith, cfg.eval.process_bench_size, seed=cfg.data.seed
     )
-    labels = [it.label for it in items]
+    return [it.label for it in items], [it.num_steps for it in items]
+
+
+def baselines() -> dict[str, float]:
+    """Step F1 of the trivial verifiers on the runs' miniature ProcessBench."""
+    from tango_jax.tango import process_bench as pb
+
+    labels, steps = bench_items()
     return {
-        "always CORRECT": pb.process_scores(labels, [pb.NO_ERROR] * len(items)).f1,
-        "always step 1 wrong": pb.process_scores(labels, [1] * len(items)).f1,
-        "random location": pb.random_step_baseline(labels, [it.num_steps for it in items]).f1,
+        "always CORRECT": pb.process_scores(labels, [pb.NO_ERROR] * len(labels)).f1,
+        "always step 1 wrong": pb.process_scores(labels, [1] * len(labels)).f1,
+        "random location": pb.random_step_baseline(labels, steps).f1,
     }
+
+
+def location_skill(results: dict, seeds: list[int], items: tuple[list[int], list[int]]) -> str:
+    """Each verifier (after SFT, after RL) against a verifier with no location skill that
+    passes as many correct solutions (process_bench.no_skill_baseline): the first-error rate
+    and the F1 above that baseline, per seed and as mean ± 95% interval."""
+    from tango_jax.tango import process_bench as pb
+
+    found, passed = "eval/verifier/step_acc_erroneous", "eval/verifier/step_acc_correct"
+    lines = [
+        "| variant | when | first error found | no-skill at the same pass rate | excess | "
+        "step F1 | no-skill F1 | F1 excess |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for variant, by_seed in results.items():
+        runs = [by_seed[str(s)] for s in seeds if found in by_seed.get(str(s), {})]
+        if not runs:
+            continue
+        for when, index in (("after SFT", 0), ("after RL", -1)):
+            cols: dict[str, list[float]] = {k: [] for k in ("f", "nf", "F", "nF")}
+            for r in runs:
+                q = r[passed][index][1]
+                base = pb.no_skill_baseline(*items, q)
+                f = r[found][index][1]
+                cols["f"].append(f)
+                cols["nf"].append(base.acc_erroneous)
+                cols["F"].append(pb.harmonic_mean(f, q))
+                cols["nF"].append(base.f1)
+            ex = np.subtract(cols["f"], cols["nf"])
+            ex_f1 = np.subtract(cols["F"], cols["nF"])
+            lines.append(
+                f"| {variant} | {when} | {fmt(*mean_ci(cols['f']))} | {fmt(*mean_ci(cols['nf']))} "
+                f"| {fmt(*mean_ci(ex))} | {fmt(*mean_ci(cols['F']))} | "
+                f"{fmt(*mean_ci(cols['nF']))} | {fmt(*mean_ci(ex_f1))} |"
+            )
+    return "\n".join(lines)
 
 
 def table(results: dict, seeds: list[int]) -> str:
@@ -293,6 +337,9 @@ def main(argv: list[str]) -> int:
     (root / "results.json").write_text(json.dumps(results, indent=1))
     text = table(results, args.seeds) + "\n\nStep F1 of trivial verifiers on the same items: "
     text += ", ".join(f"{k} {v:.3f}" for k, v in baselines().items()) + "\n"
+    text += "\nLocation skill: the verifier against one that names a uniformly random step "
+    text += "whenever it does not pass a solution, and passes as many correct solutions:\n\n"
+    text += location_skill(results, args.seeds, bench_items()) + "\n"
     (root / "table.md").write_text(text)
     plot(results, args.seeds, GENERATOR_METRICS, root / "curves_generator.png")
     plot(results, args.seeds, VERIFIER_METRICS, root / "curves_verifier.png")

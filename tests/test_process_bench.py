@@ -5,6 +5,7 @@ import pytest
 from tango_jax.tango.process_bench import (
     NO_ERROR,
     harmonic_mean,
+    no_skill_baseline,
     predicted_error_step,
     process_scores,
 )
@@ -71,6 +72,29 @@ def test_process_scores_uneven_and_trivial_baselines():
     always_first = process_scores(labels, [0] * 7)
     assert always_first.acc_erroneous == pytest.approx(2 / 4)
     assert always_first.acc_correct == 0.0 and always_first.f1 == 0.0
+
+
+def test_no_skill_baseline_hand_worked_and_simulated():
+    """Pass rate 0.4; wrong items with 3 and 2 steps: acc_erroneous = (0.6/3 + 0.6/2) / 2 = 1/4,
+    acc_correct = 0.4, F1 = 2 (1/4)(2/5) / (1/4 + 2/5) = 4/13. A simulated verifier that
+    passes with probability 0.4 and otherwise names a uniform step scores the same."""
+    import numpy as np
+
+    labels, steps = [2, 1, NO_ERROR, NO_ERROR], [3, 2, 3, 4]  # 0-based first-error steps
+    b = no_skill_baseline(labels, steps, 0.4)
+    assert (b.acc_erroneous, b.acc_correct) == (pytest.approx(0.25), pytest.approx(0.4))
+    assert b.f1 == pytest.approx(4 / 13)
+    rng = np.random.default_rng(0)
+    acc_e, acc_c = [], []
+    for _ in range(4000):
+        pred = [NO_ERROR if rng.random() < 0.4 else int(rng.integers(k)) for k in steps]
+        s = process_scores(labels, pred)
+        acc_e.append(s.acc_erroneous)
+        acc_c.append(s.acc_correct)
+    assert np.mean(acc_e) == pytest.approx(0.25, abs=0.01)
+    assert np.mean(acc_c) == pytest.approx(0.4, abs=0.02)
+    with pytest.raises(ValueError, match="pass_rate"):
+        no_skill_baseline(labels, steps, 1.5)
 
 
 def test_process_scores_edge_cases():

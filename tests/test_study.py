@@ -134,3 +134,15 @@ def test_the_study_table_reports_changes_and_paired_differences():
     assert f"- tango, verifier step F1 (ProcessBench-style): {per_seed}" in text
     # paired: Tango - GRPO at the end = 0.05 in both seeds
     assert "| tango - grpo | generator accuracy, sampled at T=1 | 0.050 ± 0.000 |" in text
+
+
+def test_location_skill_compares_with_a_no_skill_verifier_at_the_same_pass_rate():
+    """One seed; after RL the verifier finds the first error on half the wrong solutions and
+    passes half the right ones. No skill at pass rate 1/2 on 3-step items: found (1 - 1/2) / 3
+    = 1/6, F1 = 2 (1/6)(1/2) / (2/3) = 1/4; the verifier's F1 = 1/2."""
+    study = _script("study")
+    found, passed = "eval/verifier/step_acc_erroneous", "eval/verifier/step_acc_correct"
+    results = {"tango": {"1": {found: [[0, 0.5], [36, 0.5]], passed: [[0, 0.0], [36, 0.5]]}}}
+    text = study.location_skill(results, [1], ([0, 1, -1, -1], [3, 3, 3, 3]))
+    assert "| tango | after RL | 0.500 | 0.167 | 0.333 | 0.500 | 0.250 | 0.250 |" in text
+    assert "| tango | after SFT | 0.500 | 0.333 | 0.167 | 0.000 | 0.000 | 0.000 |" in text

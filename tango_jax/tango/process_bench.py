@@ -90,6 +90,25 @@ def process_scores(labels: Sequence[int], predictions: Sequence[int | None]) -> 
     )
 
 
+def no_skill_baseline(
+    labels: Sequence[int], num_steps: Sequence[int], pass_rate: float
+) -> ProcessScores:
+    """The expected scores of a verifier with no location skill that passes as many correct
+    solutions as a given one: it answers "no error" with probability `pass_rate` on every item
+    and otherwise names one of the K steps uniformly at random. A verifier can raise its F1 by
+    passing more correct solutions alone; beating this baseline at its own pass rate is what
+    shows that it finds where errors are."""
+    if len(labels) != len(num_steps):
+        raise ValueError(f"{len(labels)} labels but {len(num_steps)} step counts.")
+    if not 0.0 <= pass_rate <= 1.0:
+        raise ValueError(f"pass_rate must lie in [0, 1], got {pass_rate}.")
+    hits_e = [(1 - pass_rate) / k for y, k in zip(labels, num_steps) if y != NO_ERROR]
+    n_c = sum(1 for y in labels if y == NO_ERROR)
+    acc_e = sum(hits_e) / len(hits_e) if hits_e else 0.0
+    acc_c = pass_rate if n_c else 0.0
+    return ProcessScores(acc_e, acc_c, harmonic_mean(acc_e, acc_c), len(hits_e), n_c, 0.0)
+
+
 def random_step_baseline(labels: Sequence[int], num_steps: Sequence[int]) -> ProcessScores:
     """The expected scores of a verifier that names a uniformly random location among "no
     error" and the K steps of each item (1 / (K + 1) right on either kind of item): the chance
