@@ -162,6 +162,30 @@ def before_after_lines(run: Run) -> list[str]:
     return lines
 
 
+def location_lines(run: Run, labels: Sequence[int], num_steps: Sequence[int]) -> list[str]:
+    """At the first and the last evaluation: the verifier's first-error rate and step F1
+    against the miniature ProcessBench's baselines (`process_bench.no_skill_baseline` at the
+    verifier's own pass rate on correct solutions, and a uniformly random location)."""
+    from tango_jax.tango import process_bench as pb
+
+    steps, found = series(run, "eval/verifier/step_acc_erroneous")
+    _, passed = series(run, "eval/verifier/step_acc_correct")
+    if not found.size or found.size != passed.size:
+        return []
+    random_f1 = pb.random_step_baseline(labels, num_steps).f1
+    lines = []
+    for i in sorted({0, found.size - 1}):
+        q, f = float(passed[i]), float(found[i])
+        base = pb.no_skill_baseline(labels, num_steps, q)
+        lines.append(
+            f"step {steps[i]}: first error found {f:.3f} (a verifier without location skill "
+            f"that passes as many correct solutions, {q:.3f}: {base.acc_erroneous:.3f}); step "
+            f"F1 {pb.harmonic_mean(f, q):.3f} (that verifier {base.f1:.3f}, a random location "
+            f"{random_f1:.3f}, always CORRECT 0)"
+        )
+    return lines
+
+
 # --- evaluation outputs (`python -m tango_jax.evaluate`) -------------------------------------
 #
 # An evaluation's out_dir (default run_dir/eval/<step>) holds results.json ({"generator":

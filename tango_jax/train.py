@@ -56,7 +56,8 @@ def main(argv: list[str]) -> None:
     from tango_jax.tango.loop import TangoLoop  # heavy imports only after the config is valid
 
     try:
-        final = TangoLoop(cfg, mesh).run()
+        loop = TangoLoop(cfg, mesh)
+        final = loop.run()
     except (NonFiniteError, DivergenceError, NoReadableCheckpointError) as e:  # says what to do
         sys.exit(f"run stopped: {e}")
     if not is_primary():
@@ -72,6 +73,11 @@ def main(argv: list[str]) -> None:
     run = analysis.load_runs({cfg.name: cfg.run_dir})[cfg.name]
     for line in analysis.before_after_lines(run):
         log.info("before -> after RL: %s", line)
+    if loop.process_items:  # the synthetic task's miniature ProcessBench
+        labels = [it.label for it in loop.process_items]
+        steps = [it.num_steps for it in loop.process_items]
+        for line in analysis.location_lines(run, labels, steps):
+            log.info("verifier location skill: %s", line)
 
 
 def _check_processes(cfg: RunConfig) -> None:

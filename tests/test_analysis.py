@@ -68,6 +68,28 @@ def test_before_after_lines_report_first_and_last_evaluation(tmp_path):
     ]
 
 
+def test_location_lines_compare_with_the_no_skill_verifier_at_its_pass_rate(tmp_path):
+    """3-step items, half wrong. Step 9: found 1/2, passed 1/2; no skill at pass rate 1/2
+    finds (1/2)/3 = 1/6 and scores F1 2 (1/6)(1/2) / (2/3) = 1/4; random location (1/4 on
+    both kinds) F1 1/4."""
+    f, c = "eval/verifier/step_acc_erroneous", "eval/verifier/step_acc_correct"
+    with MetricsWriter(tmp_path / "r", tensorboard=False) as w:
+        w.write(0, {f: 0.25, c: 0.0}, phase="eval")
+        w.write(4, {f: 0.3, c: 0.1}, phase="eval")
+        w.write(9, {f: 0.5, c: 0.5}, phase="eval")
+    run = analysis.load_runs({"r": tmp_path / "r"})["r"]
+    lines = analysis.location_lines(run, [0, 2, -1, -1], [3, 3, 3, 3])
+    assert len(lines) == 2 and lines[0].startswith("step 0: first error found 0.250")
+    assert lines[1] == (
+        "step 9: first error found 0.500 (a verifier without location skill that passes as "
+        "many correct solutions, 0.500: 0.167); step F1 0.500 (that verifier 0.250, a random "
+        "location 0.250, always CORRECT 0)"
+    )
+    with MetricsWriter(tmp_path / "g", tensorboard=False) as w:  # a run without a verifier
+        w.write(0, {"eval/generator/accuracy": 0.5}, phase="eval")
+    assert analysis.location_lines(analysis.load_runs({"g": tmp_path / "g"})["g"], [], []) == []
+
+
 def test_smooth_is_a_trailing_mean():
     np.testing.assert_allclose(
         analysis.smooth(np.array([1.0, 3.0, 5.0, 7.0]), 2), [1.0, 2.0, 4.0, 6.0]
