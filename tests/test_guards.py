@@ -213,7 +213,7 @@ def test_resume_with_a_different_config_lists_the_fields_and_writes_nothing(tmp_
         f"--config.run_dir={run_dir}",
         "--config.generator.rollout.n=8",
         "--config.generator.trainer.micro_batch_size=128",
-        "--config.schedule.total_steps=80",
+        "--config.schedule.total_steps=100",
         "--config.eval.every_generator_steps=6",  # allowed: evaluation only
     )
     assert run.returncode == 1, run.stderr
@@ -221,7 +221,7 @@ def test_resume_with_a_different_config_lists_the_fields_and_writes_nothing(tmp_
     assert (
         "in 3 field(s): generator.rollout.n: 4 -> 8; generator.trainer.micro_batch_size: " in line
     )
-    assert "schedule.total_steps: 60 -> 80" in line and "eval." not in line.split("field(s)")[1]
+    assert "schedule.total_steps: 88 -> 100" in line and "eval." not in line.split("field(s)")[1]
     assert (
         '--config.resume_may_change=\'("generator.rollout.n", '
         '"generator.trainer.micro_batch_size", "schedule.total_steps",)' in line
@@ -238,13 +238,13 @@ def test_allowed_changes_resume_and_keep_the_previous_config(tmp_path):
     moved = tmp_path / "moved"
     shutil.copytree(run_dir, moved)
     preflight.check(dataclasses.replace(first, run_dir=str(moved)))  # a run moved elsewhere
-    longer = _tiny(run_dir, **{"schedule.total_steps": 80})
-    with pytest.raises(ConfigError, match="schedule.total_steps: 60 -> 80"):
+    longer = _tiny(run_dir, **{"schedule.total_steps": 100})
+    with pytest.raises(ConfigError, match="schedule.total_steps: 88 -> 100"):
         preflight.check(longer)
     allowed = dataclasses.replace(longer, resume_may_change=("schedule",))
     preflight.check(allowed)
     preflight.write_config(allowed)
-    assert json.loads((run_dir / "config.json").read_text())["schedule"]["total_steps"] == 80
+    assert json.loads((run_dir / "config.json").read_text())["schedule"]["total_steps"] == 100
     assert (run_dir / "config_history" / "1.json").read_text() == saved
     preflight.check(longer)  # the saved config is now the longer run's
 
