@@ -134,11 +134,22 @@ def test_closing_tag_merged_with_the_next_newline(byte_level):
     assert tokens[index] == ">Ċ"
 
 
+def test_a_literal_replacement_character_ends_at_its_last_byte(byte_level):
+    """U+FFFD is three UTF-8 bytes, one byte-level token each: the character is complete only
+    at the third (prefix decoding says 1 from the first on: the case the property test below
+    must leave out). Found by that test in CI, 2026-11-25."""
+    ids = byte_level.encode("\ufffd", add_special_tokens=False)
+    assert len(ids) == 3
+    assert R.token_char_ends(byte_level, ids) == [0, 0, 1]
+
+
 @settings(max_examples=30, deadline=None)
 @given(
     st.lists(
         st.sampled_from(["<step>", "</step>", "\n", "é", "日", "🙂", "ab", " 9"])
-        | st.text(max_size=4),
+        # without U+FFFD: the reference (prefix decoding) cannot tell a literal replacement
+        # character from the partial bytes of one, so it, not token_char_ends, is wrong there
+        | st.text(st.characters(exclude_characters="\ufffd"), max_size=4),
         max_size=20,
     ).map("".join)
 )
