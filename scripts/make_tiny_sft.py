@@ -81,11 +81,18 @@ def shown(cmd: list[str]) -> str:
 
 
 def step0_eval(run_dir: Path) -> dict[str, float]:
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        if row.get("phase") == "eval" and row.get("step") == 0:
-            return {k: row[k] for k in EVAL_KEYS if k in row}
-    raise SystemExit(f"{run_dir}/metrics.jsonl has no step-0 evaluation.")
+    """The run's evaluation before RL (step 0), restricted to EVAL_KEYS."""
+    from tango_jax import analysis
+
+    run = analysis.load_runs({"r": run_dir})["r"]
+    out = {}
+    for key in EVAL_KEYS:
+        steps, values = analysis.series(run, key)
+        if steps.size and steps[0] == 0:
+            out[key] = float(values[0])
+    if not out:
+        raise SystemExit(f"{run_dir}/metrics.jsonl has no step-0 evaluation.")
+    return out
 
 
 def main(argv: list[str]) -> int:

@@ -163,11 +163,10 @@ def bench_items() -> tuple[list[int], list[int]]:
     return [it.label for it in items], [it.num_steps for it in items]
 
 
-def baselines() -> dict[str, float]:
-    """Step F1 of the trivial verifiers on the runs' miniature ProcessBench."""
+def baselines(labels: list[int], steps: list[int]) -> dict[str, float]:
+    """Step F1 of the trivial verifiers on the runs' miniature ProcessBench items."""
     from tango_jax.tango import process_bench as pb
 
-    labels, steps = bench_items()
     return {
         "always CORRECT": pb.process_scores(labels, [pb.NO_ERROR] * len(labels)).f1,
         "always step 1 wrong": pb.process_scores(labels, [1] * len(labels)).f1,
@@ -336,10 +335,11 @@ def main(argv: list[str]) -> int:
     results = collect(root, args.seeds)
     (root / "results.json").write_text(json.dumps(results, indent=1))
     text = table(results, args.seeds) + "\n\nStep F1 of trivial verifiers on the same items: "
-    text += ", ".join(f"{k} {v:.3f}" for k, v in baselines().items()) + "\n"
+    items = bench_items()
+    text += ", ".join(f"{k} {v:.3f}" for k, v in baselines(*items).items()) + "\n"
     text += "\nLocation skill: the verifier against one that names a uniformly random step "
     text += "whenever it does not pass a solution, and passes as many correct solutions:\n\n"
-    text += location_skill(results, args.seeds, bench_items()) + "\n"
+    text += location_skill(results, args.seeds, items) + "\n"
     (root / "table.md").write_text(text)
     plot(results, args.seeds, GENERATOR_METRICS, root / "curves_generator.png")
     plot(results, args.seeds, VERIFIER_METRICS, root / "curves_verifier.png")
