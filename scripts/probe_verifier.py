@@ -25,14 +25,14 @@ docs/miniature.md reports what it showed for the tiny models.
 from __future__ import annotations
 
 import argparse
-import math
+import dataclasses
 
 import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tango_jax.data import synthetic, synthetic_labels
-from tango_jax.tango import formats, templates
+from tango_jax.tango import formats, process_bench, templates
 
 
 def ideal_transcript(solution, config) -> tuple[str, list[str]]:
@@ -71,6 +71,57 @@ def fit_balanced_logistic(x_train, y_train, x_test) -> np.ndarray:
     return ((test @ w + b) > 0).numpy().astype(int)
 
 
+@dataclasses.dataclass
+class Probe:
+    """What `probe` read off a verifier, one entry per solution."""
+
+    p_incorrect: list[list[float]]  # P(INCORRECT) at each step judgment
+    first_error: list[int]  # 0-based first wrong step, -1 for a correct solution
+    verdict: list[float]  # P(INCORRECT) of the verdict after all-CORRECT judgments
+    features: list[list[list[np.ndarray]]]  # [solution][step][layer] hidden state
+
+    def ranking(self) -> process_bench.StepRanking:
+        return process_bench.step_ranking(self.p_incorrect, self.first_error)
+
+
+def load(checkpoint: str):
+    """(model, tokenizer, ids of '{', CORRECT, INCORRECT) of an HF verifier checkpoint."""
+    tok = AutoTokenizer.from_pretrained(checkpoint)
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    ids = tuple(tok.convert_tokens_to_ids(w) for w in ("{", "CORRECT", "INCORRECT"))
+    if tok.unk_token_id in ids or ids[1] == ids[2]:
+        raise SystemExit(
+            f"{checkpoint}: this probe needs single tokens for '{{', CORRECT and INCORRECT "
+            "(the project's tiny tokenizer); this tokenizer splits them."
+        )
+    return model, tok, ids
+
+
+def probe(checkpoint: str, solutions, config, *, style, features: bool = False) -> Probe:
+    """Teacher-force the ideal transcript of every solution (`ideal_transcript`) through the
+    verifier and read P(INCORRECT) at each step judgment and at the verdict (and, with
+    `features`, each layer's hidden state at the judgments)."""
+    model, tok, (brace, correct_id, incorrect_id) = load(checkpoint)
+    out = Probe([], [], [], [])
+    for s in solutions:
+        prompt = templates.render_verifier_prompt(s.problem.question, s.text, style=style)
+        text, _ = ideal_transcript(s, config)
+        a = tok(prompt, add_special_tokens=False)["input_ids"]
+        b = tok(text, add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            res = model(torch.tensor([a + b]), output_hidden_states=features)
+        logp = res.logits[0].log_softmax(-1)
+        braces = [len(a) + i for i, t in enumerate(b) if t == brace]
+        judged, final = braces[: len(s.steps)], braces[-1]
+        p = (logp[:, incorrect_id] - logp[:, correct_id]).sigmoid()
+        out.p_incorrect.append([p[pos].item() for pos in judged])
+        out.first_error.append(-1 if s.first_error is None else s.first_error)
+        out.verdict.append(p[final].item())
+        if features:
+            out.features.append([[h[0, pos].numpy() for h in res.hidden_states] for pos in judged])
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("checkpoint", help="an HF checkpoint directory of a verifier")
@@ -90,59 +141,39 @@ def main() -> None:
     )
     args = p.parse_args()
 
-    tok = AutoTokenizer.from_pretrained(args.checkpoint)
-    model = AutoModelForCausalLM.from_pretrained(args.checkpoint, dtype=torch.float32).eval()
     config = synthetic.ArithConfig(
         verifier_sft_analysis=synthetic.VerifierAnalysis(args.analysis),
         min_steps=args.steps,
         max_steps=args.steps,
     )
-    brace = tok.convert_tokens_to_ids("{")
-    correct_id, incorrect_id = (tok.convert_tokens_to_ids(w) for w in ("CORRECT", "INCORRECT"))
-    if tok.unk_token_id in (brace, correct_id, incorrect_id) or correct_id == incorrect_id:
-        raise SystemExit(
-            f"{args.checkpoint}: this probe needs single tokens for '{{', CORRECT and INCORRECT "
-            "(the project's tiny tokenizer); this tokenizer splits them."
-        )
-
+    solutions = [
+        s for seed in (0, 1) for s in synthetic_labels.process_bench(config, args.items, seed=seed)
+    ]
+    pr = probe(args.checkpoint, solutions, config, style=args.style, features=True)
     p_inc: dict[str, list[float]] = {"slip": [], "before": [], "after": [], "correct": []}
-    verdict: dict[str, list[float]] = {"wrong": [], "right": []}
     features, is_slip = [], []
-    for seed in (0, 1):
-        for s in synthetic_labels.process_bench(config, args.items, seed=seed):
-            prompt = templates.render_verifier_prompt(s.problem.question, s.text, style=args.style)
-            text, _ = ideal_transcript(s, config)
-            a = tok(prompt, add_special_tokens=False)["input_ids"]
-            b = tok(text, add_special_tokens=False)["input_ids"]
-            with torch.no_grad():
-                out = model(torch.tensor([a + b]), output_hidden_states=True)
-            logp = out.logits[0].log_softmax(-1)
-            braces = [len(a) + i for i, t in enumerate(b) if t == brace]
-            judged, final = braces[: len(s.steps)], braces[-1]
-
-            def p_incorrect(pos: int, logp=logp) -> float:
-                li, lc = logp[pos, incorrect_id].item(), logp[pos, correct_id].item()
-                return 1.0 / (1.0 + math.exp(lc - li))
-
-            for k, pos in enumerate(judged):
-                fe = s.first_error
-                role = (
-                    "correct"
-                    if fe is None
-                    else ("slip" if k == fe else ("before" if k < fe else "after"))
-                )
-                p_inc[role].append(p_incorrect(pos))
-                features.append([h[0, pos].numpy() for h in out.hidden_states])
-                is_slip.append(int(fe == k))
-            verdict["right" if s.correct else "wrong"].append(p_incorrect(final))
+    for ps, fe, fs in zip(pr.p_incorrect, pr.first_error, pr.features):
+        for k, (v, f) in enumerate(zip(ps, fs)):
+            role = (
+                "correct" if fe < 0 else ("slip" if k == fe else ("before" if k < fe else "after"))
+            )
+            p_inc[role].append(v)
+            features.append(f)
+            is_slip.append(int(fe == k))
 
     print(f"{args.checkpoint}: P(INCORRECT) at a step judgment (ideal transcript)")
     for role, v in p_inc.items():
         print(
             f"  {role:8s} steps: mean {np.mean(v):.3f}, > 0.5 for {np.mean(np.array(v) > 0.5):.3f}"
         )
-    for kind, v in verdict.items():
+    for kind, wrong in (("wrong", True), ("right", False)):
+        v = [p for p, fe in zip(pr.verdict, pr.first_error) if (fe >= 0) == wrong]
         print(f"  verdict after all-CORRECT judgments, {kind} solutions: {np.mean(v):.3f}")
+    r = pr.ranking()
+    print(
+        f"ranking of the steps by P(INCORRECT) (process_bench.step_ranking): AUROC {r.auroc:.3f}, "
+        f"first error ranked first {r.top1:.3f} (chance {1 / args.steps:.3f}), gap {r.gap:.3f}"
+    )
     y = np.array(is_slip)
     half = len(y) // 2
     print("linear decodability of 'this step is the slip' (balanced accuracy, held-out half)")

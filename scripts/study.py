@@ -21,8 +21,10 @@ per variant as mean ± 95% t-interval over seeds, the paired differences Tango -
 Tango - fixed verifier at the end, and the trivial baselines of the verifier's step F1),
 `curves_generator.png` and `curves_verifier.png` (mean ± 95% interval against generator
 updates), and the verifier's location skill: its first-error rate and F1 against a verifier
-that passes as many correct solutions but names a random step otherwise. Seed 0 is the
-tuning seed: do not report it.
+that passes as many correct solutions but names a random step otherwise, and `ranking.json`:
+how well the verifier's P(INCORRECT) at each step judgment orders the steps (AUROC of the first
+error against the other steps, first error ranked first) before and after RL, which a change
+of threshold alone cannot move. Seed 0 is the tuning seed: do not report it.
 """
 
 from __future__ import annotations
@@ -210,6 +212,73 @@ def location_skill(results: dict, seeds: list[int], items: tuple[list[int], list
     return "\n".join(lines)
 
 
+RANKING = {
+    "auroc": "AUROC, first error vs other steps",
+    "top1": "first error ranked first",
+    "gap": "P(INCORRECT) gap, first error - others",
+}
+
+
+def ranking(root: Path, seeds: list[int], items: int = 256) -> dict:
+    """Threshold-free location skill of each run's verifier before and after RL
+    (`process_bench.step_ranking` of scripts/probe_verifier.py's teacher-forced P(INCORRECT) at
+    every step judgment): {variant: {seed: {"start": {...}, "final": {...}}}}. The start is the
+    SFT verifier the run began RL from; the items are the first `items` of the run's own
+    miniature ProcessBench stream (its held-out evaluation's items come first)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import probe_verifier
+
+    from tango_jax.config import load_run_config
+    from tango_jax.data import synthetic_labels
+
+    cache: dict[str, dict] = {}
+
+    def measure(checkpoint: Path, cfg) -> dict:
+        key = str(checkpoint.resolve())
+        if key not in cache:
+            arith = cfg.data.arith
+            solutions = synthetic_labels.process_bench(arith, items, seed=cfg.data.seed)
+            r = probe_verifier.probe(key, solutions, arith, style=cfg.data.templates).ranking()
+            cache[key] = {"auroc": r.auroc, "top1": r.top1, "gap": r.gap}
+        return cache[key]
+
+    out: dict = {}
+    for variant in VARIANTS:
+        for seed in seeds:
+            path = run_dir(root, variant, seed)
+            final = path / "hf" / "verifier"
+            if not (final / "config.json").exists():
+                continue  # no verifier (GRPO) or not finished
+            cfg = load_run_config(json.loads((path / "config.json").read_text()))
+            start = path / "sft" / "verifier"  # SFT inside the run (the ",scratch" configs)
+            start = start if start.exists() else Path(cfg.verifier.model.path)
+            out.setdefault(variant, {})[str(seed)] = {
+                "start": measure(start, cfg),
+                "final": measure(final, cfg),
+            }
+    return out
+
+
+def ranking_table(ranks: dict, seeds: list[int]) -> str:
+    """Mean ± 95% interval over seeds of `ranking`'s numbers before and after RL, and of the
+    paired change."""
+    lines = [
+        "| variant | metric | before RL | after RL | change | per seed, before -> after |",
+        "|---|---|---|---|---|---|",
+    ]
+    for variant, by_seed in ranks.items():
+        runs = [(s, by_seed[str(s)]) for s in seeds if str(s) in by_seed]
+        for key, label in RANKING.items():
+            a = [r["start"][key] for _, r in runs]
+            b = [r["final"][key] for _, r in runs]
+            cells = "; ".join(f"s{s} {x:.3f} -> {y:.3f}" for (s, _), x, y in zip(runs, a, b))
+            lines.append(
+                f"| {variant} | {label} | {fmt(*mean_ci(a))} | {fmt(*mean_ci(b))} | "
+                f"{fmt(*mean_ci(np.subtract(b, a)))} | {cells} |"
+            )
+    return "\n".join(lines)
+
+
 def table(results: dict, seeds: list[int]) -> str:
     lines = [
         f"Seeds {seeds}; mean ± 95% t-interval over seeds; 'before' = after SFT (step 0), "
@@ -340,6 +409,11 @@ def main(argv: list[str]) -> int:
     text += "\nLocation skill: the verifier against one that names a uniformly random step "
     text += "whenever it does not pass a solution, and passes as many correct solutions:\n\n"
     text += location_skill(results, args.seeds, items) + "\n"
+    ranks = ranking(root, args.seeds)
+    (root / "ranking.json").write_text(json.dumps(ranks, indent=1))
+    text += "\nThreshold-free location skill (P(INCORRECT) at each step judgment of the ideal "
+    text += "transcript, teacher-forced; 256 items; chance: AUROC 0.5, first error ranked first "
+    text += "1/3):\n\n" + ranking_table(ranks, args.seeds) + "\n"
     (root / "table.md").write_text(text)
     plot(results, args.seeds, GENERATOR_METRICS, root / "curves_generator.png")
     plot(results, args.seeds, VERIFIER_METRICS, root / "curves_verifier.png")

@@ -8,6 +8,7 @@ from tango_jax.tango.process_bench import (
     no_skill_baseline,
     predicted_error_step,
     process_scores,
+    step_ranking,
 )
 
 
@@ -107,3 +108,52 @@ def test_process_scores_edge_cases():
         process_scores([0, 1], [0])
     with pytest.raises(ValueError, match=">= -1"):
         process_scores([-2], [0])
+
+
+def test_step_ranking_hand_worked():
+    """First errors at steps 1, 1, 0 and one correct item. First-error scores 0.2, 0.8, 0.5;
+    the six other steps 0.9, 0.1, 0.3, 0.5, 0.4, 0.5. Pairs won: 0.2 beats 1, 0.8 beats 5, 0.5
+    beats 3 and ties 2 -> AUROC (1 + 5 + 3 + 1) / 18 = 5/9. Top-1: item 0 misses (0.9 is its
+    highest), item 1 hits, item 2 ties two steps (1/2) -> 1.5 / 3 = 0.5. Gap: 1.5/3 - 2.7/6 =
+    0.05."""
+    scores = [[0.9, 0.2, 0.1], [0.3, 0.8], [0.5, 0.5], [0.4, 0.5]]
+    r = step_ranking(scores, [1, 1, 0, NO_ERROR])
+    assert r.auroc == pytest.approx(5 / 9)
+    assert r.top1 == pytest.approx(0.5)
+    assert r.gap == pytest.approx(0.05)
+    assert (r.num_erroneous, r.num_steps) == (3, 9)
+    perfect = step_ranking([[0.9, 0.1], [0.2, 0.3]], [0, NO_ERROR])
+    assert (perfect.auroc, perfect.top1) == (1.0, 1.0)
+
+
+def test_step_ranking_auroc_is_the_mann_whitney_statistic():
+    """Against the rank-sum form of the Mann-Whitney U (average ranks for ties), on random
+    scores with many ties; chance-level scores give about 0.5 and top-1 about 1/K."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    k = 3
+    scores = rng.integers(0, 6, size=(400, k)).tolist()
+    labels = rng.integers(-1, k, size=400).tolist()
+    r = step_ranking(scores, labels)
+    flat = np.asarray(scores, dtype=float).ravel()
+    is_pos = np.array([j == y for y in labels for j in range(k)])
+    order = flat.argsort(kind="stable")
+    ranks = np.empty_like(flat)
+    ranks[order] = np.arange(1, flat.size + 1)
+    for v in np.unique(flat):  # average ranks of ties
+        ranks[flat == v] = ranks[flat == v].mean()
+    n_pos, n_neg = is_pos.sum(), (~is_pos).sum()
+    u = ranks[is_pos].sum() - n_pos * (n_pos + 1) / 2
+    assert r.auroc == pytest.approx(u / (n_pos * n_neg))
+    assert r.auroc == pytest.approx(0.5, abs=0.05)
+    assert r.top1 == pytest.approx(1 / k, abs=0.06)
+
+
+def test_step_ranking_rejects_bad_input():
+    with pytest.raises(ValueError, match="label 3"):
+        step_ranking([[0.1, 0.2]], [3])
+    with pytest.raises(ValueError, match="2 score lists but 1 labels"):
+        step_ranking([[0.1], [0.2]], [0])
+    with pytest.raises(ValueError, match="at least one first-error step"):
+        step_ranking([[0.1, 0.2]], [NO_ERROR])

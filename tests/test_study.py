@@ -3,6 +3,7 @@ script that makes them (end to end, cut to a few steps), and the study's statist
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import math
@@ -22,6 +23,7 @@ CONFIGS = ROOT / "configs"
 def _script(name: str):
     spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -146,3 +148,38 @@ def test_location_skill_compares_with_a_no_skill_verifier_at_the_same_pass_rate(
     text = study.location_skill(results, [1], ([0, 1, -1, -1], [3, 3, 3, 3]))
     assert "| tango | after RL | 0.500 | 0.167 | 0.333 | 0.500 | 0.250 | 0.250 |" in text
     assert "| tango | after SFT | 0.500 | 0.333 | 0.167 | 0.000 | 0.000 | 0.000 |" in text
+
+
+def test_ranking_probes_each_runs_start_and_final_verifier(tmp_path):
+    """A Tango run dir whose RL started from the shipped SFT verifier and 'ended' at another
+    checkpoint (the shipped generator, same tokenizer): the table pairs the two per seed, and
+    its numbers are process_bench.step_ranking of the probe on the run's own ProcessBench
+    stream. A GRPO run (no verifier) is left out."""
+    import shutil
+
+    from tango_jax.data import synthetic_labels
+    from tango_jax.preflight import write_config
+
+    study = _script("study")
+    probe = _script("probe_verifier")
+    assets = ROOT / "tango_jax" / "assets" / "tiny_arith_sft"
+    cfg = load_run_config(_tiny("tango"))
+    cfg = dataclasses.replace(cfg, run_dir=str(study.run_dir(tmp_path, "tango", 1)))
+    write_config(cfg)
+    shutil.copytree(assets / "generator", Path(cfg.run_dir) / "hf" / "verifier")
+    (study.run_dir(tmp_path, "grpo", 1) / "hf").mkdir(parents=True)
+
+    ranks = study.ranking(tmp_path, [1], items=24)
+    assert list(ranks) == ["tango"]
+    solutions = synthetic_labels.process_bench(cfg.data.arith, 24, seed=cfg.data.seed)
+    for when, ckpt in (("start", assets / "verifier"), ("final", assets / "generator")):
+        r = probe.probe(str(ckpt), solutions, cfg.data.arith, style=cfg.data.templates).ranking()
+        assert ranks["tango"]["1"][when] == {
+            "auroc": pytest.approx(r.auroc),
+            "top1": pytest.approx(r.top1),
+            "gap": pytest.approx(r.gap),
+        }
+    assert ranks["tango"]["1"]["start"] != ranks["tango"]["1"]["final"]
+    text = study.ranking_table(ranks, [1])
+    s = ranks["tango"]["1"]
+    assert f"s1 {s['start']['auroc']:.3f} -> {s['final']['auroc']:.3f}" in text

@@ -20,6 +20,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+import numpy as np
+
 NO_ERROR = -1
 
 
@@ -120,3 +122,52 @@ def random_step_baseline(labels: Sequence[int], num_steps: Sequence[int]) -> Pro
     acc_e = sum(hits_e) / len(hits_e) if hits_e else 0.0
     acc_c = sum(hits_c) / len(hits_c) if hits_c else 0.0
     return ProcessScores(acc_e, acc_c, harmonic_mean(acc_e, acc_c), len(hits_e), len(hits_c), 0.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepRanking:
+    """Threshold-free location skill of per-step error scores (`step_ranking`)."""
+
+    auroc: float  # P(a first-error step outscores a step that is not one); ties count half
+    top1: float  # share of erroneous items whose first error has the item's highest score
+    gap: float  # mean score at first-error steps minus the mean at every other step
+    num_erroneous: int
+    num_steps: int
+
+
+def step_ranking(scores: Sequence[Sequence[float]], labels: Sequence[int]) -> StepRanking:
+    """How well per-step error scores (e.g. a verifier's P(INCORRECT) at each step judgment,
+    every earlier judgment teacher-forced CORRECT) single out the first wrong step, whatever
+    threshold turns them into judgments. A verifier can move its step F1 by moving its
+    threshold alone (passing more or fewer solutions); these numbers move only when the
+    scores order the steps better:
+
+        auroc = P(score at a first-error step > score at any other step, of any item)
+                (+ half the ties): 0.5 = no location skill, 1 = every first error outscores
+                every other step;
+        top1  = share of erroneous items whose highest-scoring step is the first error (a tie
+                of m steps counts 1/m): 1/K by chance for K-step items;
+        gap   = mean score at first-error steps - mean score at the other steps.
+
+    Steps after the first error of an erroneous item and every step of a correct item
+    (label -1) are the "other" steps."""
+    if len(scores) != len(labels):
+        raise ValueError(f"{len(scores)} score lists but {len(labels)} labels.")
+    pos, neg, top1 = [], [], []
+    for i, (s, y) in enumerate(zip(scores, labels)):
+        if y < NO_ERROR or y >= len(s):
+            raise ValueError(
+                f"item {i}: label {y} is not -1 or a step index of its {len(s)} steps."
+            )
+        for k, v in enumerate(s):
+            (pos if k == y else neg).append(float(v))
+        if y != NO_ERROR:
+            best = max(s)
+            ties = sum(v == best for v in s)
+            top1.append((s[y] == best) / ties)
+    if not pos or not neg:
+        raise ValueError("step_ranking needs at least one first-error step and one other step.")
+    p, n = np.asarray(pos)[:, None], np.asarray(neg)[None, :]
+    auroc = float(((p > n).sum() + 0.5 * (p == n).sum()) / (p.size * n.size))
+    gap = float(np.mean(pos) - np.mean(neg))
+    return StepRanking(auroc, float(np.mean(top1)), gap, len(top1), len(pos) + len(neg))
