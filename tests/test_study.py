@@ -58,11 +58,15 @@ def test_the_shipped_checkpoints_load_and_say_how_they_were_made():
 
     assets = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").SFT_ASSETS
     recipe = json.loads((assets / "recipe.json").read_text())
-    # the verifier's second phase is the script's PHASE_2, started from phase 1's verifier
-    phase2 = recipe["commands"][1]
-    for field in _script("make_tiny_sft").PHASE_2:
-        assert f"--config.{field}" in phase2
-    assert "phase1/sft/verifier" in phase2 and "--config.schedule.total_steps=0" in phase2
+    # the verifier's phases 2 and 3 are the script's PHASE_2 and PHASE_3, each started from
+    # the previous phase's verifier
+    script = _script("make_tiny_sft")
+    for k, fields in ((2, script.PHASE_2), (3, script.PHASE_3)):
+        command = recipe["commands"][k - 1]
+        for field in fields:
+            assert f"--config.{field}" in command
+        assert f"phase{k - 1}/sft/verifier" in command
+        assert "--config.schedule.total_steps=0" in command
     assert 0.0 <= recipe["held_out_eval"]["eval/verifier/step_f1"] <= 1.0
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
     expected = tiny_tokenizer().get_vocab()
@@ -73,7 +77,7 @@ def test_the_shipped_checkpoints_load_and_say_how_they_were_made():
 
 
 @pytest.mark.slow
-def test_make_tiny_sft_runs_both_phases_and_writes_the_checkpoints(tmp_path):
+def test_make_tiny_sft_runs_its_three_phases_and_writes_the_checkpoints(tmp_path):
     """The real script, each phase cut to 2 SFT steps and a small evaluation."""
     out, work = tmp_path / "out", tmp_path / "work"
     small = [
@@ -96,10 +100,14 @@ def test_make_tiny_sft_runs_both_phases_and_writes_the_checkpoints(tmp_path):
     assert phase2["verifier"]["model"]["path"] == str(work / "phase1" / "sft" / "verifier")
     assert phase2["data"]["arith"]["verifier_sft_facts"] == 0.75
     assert phase2["sft"]["verifier"]["steps"] == 2  # --set wins over PHASE_2
+    phase3 = json.loads((work / "phase3" / "config.json").read_text())
+    assert phase3["verifier"]["model"]["path"] == str(work / "phase2" / "sft" / "verifier")
+    assert phase3["data"]["arith"]["verifier_sft_labels"] == "unlabelled_wrong"
+    assert phase3["sft"]["verifier"]["steps"] == 2  # --set wins over PHASE_3
     recipe = json.loads((out / "recipe.json").read_text())
     assert set(recipe["held_out_eval"]) >= {"eval/verifier/step_f1", "eval/generator/accuracy"}
     # what was copied is what the phases wrote
-    for role, phase in (("generator", "phase1"), ("verifier", "phase2")):
+    for role, phase in (("generator", "phase1"), ("verifier", "phase3")):
         src = work / phase / "sft" / role / "model.safetensors"
         assert (out / role / "model.safetensors").read_bytes() == src.read_bytes()
     assert not (tmp_path / "out.tmp").exists()
