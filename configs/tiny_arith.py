@@ -10,17 +10,19 @@
 The config string is VARIANT[,scratch]. By default RL starts from the SFT checkpoints shipped
 in tango_jax/assets/tiny_arith_sft/ (2-layer Qwen2-style models, head size 64, 0.5M parameters,
 the project's 512-token tokenizer), which `python scripts/make_tiny_sft.py` reproduces from
-random init (~25 min on the 2-core CPU: too long for the main job, which must take minutes).
+random init (~26 min on the 2-core CPU: too long for the main job, which must take minutes).
 `,scratch` runs the SFT inside the run instead, from random init: the generator's 1200 steps on
 step-by-step solutions (a fifth of them with an arithmetic slip), then the first of the
-verifier's two SFT phases (the shipped verifier has both; make_tiny_sft.py runs the second).
+verifier's three SFT phases (the shipped verifier has all three; make_tiny_sft.py runs the
+second and the third, a short calibration).
 
 The verifier's SFT carries outcome labels only (docs/miniature.md says why each choice): the
 verdict of each transcript is labelled, the step judgments get no loss (`unlabelled`), each step
 analysis writes the value as written next to the recomputed one (`compare`), and most examples
 are one-equation fact checks from other training problems in the same layout (arithmetic
-knowledge, never a step label of a verified solution). Then RL: 40 verifier warm-up steps, the
-[G, G, G, V] cycle, held-out evaluations (generator accuracy greedy and sampled, the verifier's
+knowledge, never a step label of a wrong solution). Then RL: 40 verifier warm-up steps, the
+[G, G, G, V] cycle (the verifier rewarded for a verdict its step judgments agree with, classes
+balanced in full), held-out evaluations (generator accuracy greedy and sampled, the verifier's
 ProcessBench-style step F1). The structure is the paper's; sizes and learning rates are a CPU's
 (commented where they differ from configs/tango_qwen2_5_math_7b.py). Every field is documented
 where its dataclass is defined (tango_jax/config.py lists them); this file sets only what
@@ -107,6 +109,15 @@ def get_config(arg: str = "tango"):
     c.data.arith.verifier_sft_labels = "unlabelled"
     c.data.arith.verifier_sft_analysis = "compare"
     c.data.arith.verifier_sft_facts = 0.5  # phase 2 (make_tiny_sft.py): 0.75
+    # The verifier's RL (seed 0, 40 verifier-only steps from the shipped SFT; docs/miniature.md,
+    # sixth session): its reward counts the verdict only when some step judgment is INCORRECT
+    # exactly when the verdict is (still an outcome reward), and its classes are weighted by
+    # 1 / frequency (the official YAML's default) instead of 1 / sqrt: step F1 0.45 -> 0.49,
+    # AUROC of the first error's P(INCORRECT) 0.70 -> 0.79. With the plain verdict reward the
+    # F1 stays (0.44) and the AUROC barely moves (0.73); with consistency but sqrt weights the
+    # verifier drifts to passing every solution (the generator's are ~85% right): F1 0.17.
+    c.algorithm.verifier_consistent_verdict = True
+    c.algorithm.class_reweight = "inverse"
     # Format SFT of both models (the paper SFTs only the generator; its verifier is a 7B base
     # model that can follow the format and check arithmetic, which a random tiny model cannot).
     for stage, steps in ((c.sft.generator, 1200), (c.sft.verifier, 2000)):
