@@ -1,4 +1,5 @@
-"""What a verifier checkpoint knows about where the error is, measured without sampling.
+"""What a verifier checkpoint knows about where the error is, measured without sampling
+(`tango_jax.tango.step_probe` reads the step scores).
 
     python scripts/probe_verifier.py runs/tiny_arith/sft/verifier
     python scripts/probe_verifier.py runs/tiny_arith/hf/verifier --items 256
@@ -25,23 +26,12 @@ docs/miniature.md reports what it showed for the tiny models.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
 import numpy as np
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tango_jax.data import synthetic, synthetic_labels
-from tango_jax.tango import formats, process_bench, templates
-
-
-def ideal_transcript(solution, config) -> tuple[str, list[str]]:
-    """All-CORRECT RECOMPUTE transcript of `solution` and its per-step analyses."""
-    analyses = [
-        f"Step {i + 1} Analysis: {synthetic_labels._analysis(step, config.verifier_sft_analysis)}."
-        for i, step in enumerate(solution.steps)
-    ]
-    return formats.render_verification([1] * len(analyses), 1, analyses), analyses
+from tango_jax.tango.step_probe import probe
 
 
 def fit_balanced_logistic(x_train, y_train, x_test) -> np.ndarray:
@@ -71,57 +61,6 @@ def fit_balanced_logistic(x_train, y_train, x_test) -> np.ndarray:
     return ((test @ w + b) > 0).numpy().astype(int)
 
 
-@dataclasses.dataclass
-class Probe:
-    """What `probe` read off a verifier, one entry per solution."""
-
-    p_incorrect: list[list[float]]  # P(INCORRECT) at each step judgment
-    first_error: list[int]  # 0-based first wrong step, -1 for a correct solution
-    verdict: list[float]  # P(INCORRECT) of the verdict after all-CORRECT judgments
-    features: list[list[list[np.ndarray]]]  # [solution][step][layer] hidden state
-
-    def ranking(self) -> process_bench.StepRanking:
-        return process_bench.step_ranking(self.p_incorrect, self.first_error)
-
-
-def load(checkpoint: str):
-    """(model, tokenizer, ids of '{', CORRECT, INCORRECT) of an HF verifier checkpoint."""
-    tok = AutoTokenizer.from_pretrained(checkpoint)
-    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
-    ids = tuple(tok.convert_tokens_to_ids(w) for w in ("{", "CORRECT", "INCORRECT"))
-    if tok.unk_token_id in ids or ids[1] == ids[2]:
-        raise SystemExit(
-            f"{checkpoint}: this probe needs single tokens for '{{', CORRECT and INCORRECT "
-            "(the project's tiny tokenizer); this tokenizer splits them."
-        )
-    return model, tok, ids
-
-
-def probe(checkpoint: str, solutions, config, *, style, features: bool = False) -> Probe:
-    """Teacher-force the ideal transcript of every solution (`ideal_transcript`) through the
-    verifier and read P(INCORRECT) at each step judgment and at the verdict (and, with
-    `features`, each layer's hidden state at the judgments)."""
-    model, tok, (brace, correct_id, incorrect_id) = load(checkpoint)
-    out = Probe([], [], [], [])
-    for s in solutions:
-        prompt = templates.render_verifier_prompt(s.problem.question, s.text, style=style)
-        text, _ = ideal_transcript(s, config)
-        a = tok(prompt, add_special_tokens=False)["input_ids"]
-        b = tok(text, add_special_tokens=False)["input_ids"]
-        with torch.no_grad():
-            res = model(torch.tensor([a + b]), output_hidden_states=features)
-        logp = res.logits[0].log_softmax(-1)
-        braces = [len(a) + i for i, t in enumerate(b) if t == brace]
-        judged, final = braces[: len(s.steps)], braces[-1]
-        p = (logp[:, incorrect_id] - logp[:, correct_id]).sigmoid()
-        out.p_incorrect.append([p[pos].item() for pos in judged])
-        out.first_error.append(-1 if s.first_error is None else s.first_error)
-        out.verdict.append(p[final].item())
-        if features:
-            out.features.append([[h[0, pos].numpy() for h in res.hidden_states] for pos in judged])
-    return out
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("checkpoint", help="an HF checkpoint directory of a verifier")
@@ -149,7 +88,10 @@ def main() -> None:
     solutions = [
         s for seed in (0, 1) for s in synthetic_labels.process_bench(config, args.items, seed=seed)
     ]
-    pr = probe(args.checkpoint, solutions, config, style=args.style, features=True)
+    try:
+        pr = probe(args.checkpoint, solutions, config, style=args.style, features=True)
+    except ValueError as e:  # a tokenizer that splits the judgment words
+        raise SystemExit(str(e)) from None
     p_inc: dict[str, list[float]] = {"slip": [], "before": [], "after": [], "correct": []}
     features, is_slip = [], []
     for ps, fe, fs in zip(pr.p_incorrect, pr.first_error, pr.features):

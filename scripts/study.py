@@ -221,15 +221,13 @@ RANKING = {
 
 def ranking(root: Path, seeds: list[int], items: int = 256) -> dict:
     """Threshold-free location skill of each run's verifier before and after RL
-    (`process_bench.step_ranking` of scripts/probe_verifier.py's teacher-forced P(INCORRECT) at
+    (`process_bench.step_ranking` of `step_probe`'s teacher-forced P(INCORRECT) at
     every step judgment): {variant: {seed: {"start": {...}, "final": {...}}}}. The start is the
     SFT verifier the run began RL from; the items are the first `items` of the run's own
     miniature ProcessBench stream (its held-out evaluation's items come first)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import probe_verifier
-
     from tango_jax.config import load_run_config
     from tango_jax.data import synthetic_labels
+    from tango_jax.tango import step_probe
 
     cache: dict[str, dict] = {}
 
@@ -238,7 +236,7 @@ def ranking(root: Path, seeds: list[int], items: int = 256) -> dict:
         if key not in cache:
             arith = cfg.data.arith
             solutions = synthetic_labels.process_bench(arith, items, seed=cfg.data.seed)
-            r = probe_verifier.probe(key, solutions, arith, style=cfg.data.templates).ranking()
+            r = step_probe.probe(key, solutions, arith, style=cfg.data.templates).ranking()
             cache[key] = {"auroc": r.auroc, "top1": r.top1, "gap": r.gap}
         return cache[key]
 
@@ -250,8 +248,9 @@ def ranking(root: Path, seeds: list[int], items: int = 256) -> dict:
             if not (final / "config.json").exists():
                 continue  # no verifier (GRPO) or not finished
             cfg = load_run_config(json.loads((path / "config.json").read_text()))
-            start = path / "sft" / "verifier"  # SFT inside the run (the ",scratch" configs)
-            start = start if start.exists() else Path(cfg.verifier.model.path)
+            start = step_probe.start_verifier(path, cfg.verifier.model.path)
+            if start is None:
+                continue  # nothing to compare with
             out.setdefault(variant, {})[str(seed)] = {
                 "start": measure(start, cfg),
                 "final": measure(final, cfg),

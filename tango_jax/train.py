@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 
 from absl import app, flags
 from ml_collections import config_flags
@@ -78,6 +79,31 @@ def main(argv: list[str]) -> None:
         steps = [it.num_steps for it in loop.process_items]
         for line in analysis.location_lines(run, labels, steps):
             log.info("verifier location skill: %s", line)
+        for line in _ranking_lines(cfg):
+            log.info("verifier step ranking: %s", line)
+
+
+def _ranking_lines(cfg: RunConfig) -> list[str]:
+    """Claim 1 without the threshold: how well the verifier's step scores single out the first
+    error before and after RL (`step_probe`, teacher-forced in PyTorch), on the run's own
+    miniature-ProcessBench items. Empty when the run has no final verifier checkpoint, or
+    when PyTorch or a tokenizer with single-token judgment words is missing (said in a line)."""
+    from tango_jax.tango import step_probe
+
+    final = Path(cfg.run_dir) / "hf" / "verifier"
+    start = step_probe.start_verifier(cfg.run_dir, cfg.verifier.model.path)
+    if not cfg.verifier.enable or start is None or not (final / "config.json").exists():
+        return []
+    from tango_jax.data import synthetic_labels
+
+    d = cfg.data
+    solutions = synthetic_labels.process_bench(d.arith, cfg.eval.process_bench_size, seed=d.seed)
+    try:
+        return step_probe.ranking_lines(start, final, solutions, d.arith, style=d.templates)
+    except ImportError as e:  # PyTorch is an optional extra
+        return [f"not measured: {e} (install PyTorch to see it)"]
+    except ValueError as e:  # a tokenizer that splits CORRECT / INCORRECT
+        return [f"not measured: {e}"]
 
 
 def _check_processes(cfg: RunConfig) -> None:

@@ -167,9 +167,9 @@ def test_ranking_probes_each_runs_start_and_final_verifier(tmp_path):
 
     from tango_jax.data import synthetic_labels
     from tango_jax.preflight import write_config
+    from tango_jax.tango.step_probe import probe
 
     study = _script("study")
-    probe = _script("probe_verifier")
     assets = ROOT / "tango_jax" / "assets" / "tiny_arith_sft"
     cfg = load_run_config(_tiny("tango"))
     cfg = dataclasses.replace(cfg, run_dir=str(study.run_dir(tmp_path, "tango", 1)))
@@ -181,7 +181,7 @@ def test_ranking_probes_each_runs_start_and_final_verifier(tmp_path):
     assert list(ranks) == ["tango"]
     solutions = synthetic_labels.process_bench(cfg.data.arith, 24, seed=cfg.data.seed)
     for when, ckpt in (("start", assets / "verifier"), ("final", assets / "generator")):
-        r = probe.probe(str(ckpt), solutions, cfg.data.arith, style=cfg.data.templates).ranking()
+        r = probe(str(ckpt), solutions, cfg.data.arith, style=cfg.data.templates).ranking()
         assert ranks["tango"]["1"][when] == {
             "auroc": pytest.approx(r.auroc),
             "top1": pytest.approx(r.top1),
@@ -191,3 +191,40 @@ def test_ranking_probes_each_runs_start_and_final_verifier(tmp_path):
     text = study.ranking_table(ranks, [1])
     s = ranks["tango"]["1"]
     assert f"s1 {s['start']['auroc']:.3f} -> {s['final']['auroc']:.3f}" in text
+
+
+def test_the_train_commands_final_lines_rank_the_steps_before_and_after_rl(tmp_path):
+    """`tango_jax.train`'s ranking lines probe the run's start verifier (here the configured
+    shipped one) and its final export (here the shipped generator) on the run's items; with no
+    final export they are absent, and a tokenizer that splits the judgment words is said."""
+    import shutil
+
+    from tango_jax import train
+    from tango_jax.data import synthetic_labels
+    from tango_jax.tango import step_probe
+
+    assets = ROOT / "tango_jax" / "assets" / "tiny_arith_sft"
+    cfg = load_run_config(_tiny("tango"))
+    cfg = dataclasses.replace(
+        cfg,
+        run_dir=str(tmp_path / "run"),
+        eval=dataclasses.replace(cfg.eval, process_bench_size=16),
+    )
+    assert train._ranking_lines(cfg) == []  # not finished: no hf/verifier
+    shutil.copytree(assets / "generator", tmp_path / "run" / "hf" / "verifier")
+    lines = train._ranking_lines(cfg)
+    assert [line.split(":")[0] for line in lines] == ["before RL", "after RL"]
+    solutions = synthetic_labels.process_bench(cfg.data.arith, 16, seed=cfg.data.seed)
+    final = tmp_path / "run" / "hf" / "verifier"
+    for line, ckpt, shown in zip(
+        lines, (assets / "verifier", assets / "generator"), (assets / "verifier", final)
+    ):
+        r = step_probe.probe(str(ckpt), solutions, cfg.data.arith, style=cfg.data.templates)
+        assert f"other steps {r.ranking().auroc:.3f} (chance 0.5)" in line
+        assert f"first error ranked first {r.ranking().top1:.3f} (chance 0.333)" in line
+        assert line.endswith(f"[{shown}]")
+    # the run's own SFT wins over the configured checkpoint
+    shutil.copytree(assets / "generator", tmp_path / "run" / "sft" / "verifier")
+    assert step_probe.start_verifier(cfg.run_dir, cfg.verifier.model.path) == Path(
+        cfg.run_dir, "sft", "verifier"
+    )
