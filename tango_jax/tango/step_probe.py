@@ -22,7 +22,8 @@ from tango_jax.tango import formats, process_bench, templates
 
 
 def ideal_transcript(solution, config) -> tuple[str, list[str]]:
-    """All-CORRECT RECOMPUTE transcript of `solution` and its per-step analyses."""
+    """The all-CORRECT transcript of `solution` (each step analysed as `config`'s
+    `verifier_sft_analysis` writes it) and its per-step analyses."""
     analyses = [
         f"Step {i + 1} Analysis: {synthetic_labels._analysis(step, config.verifier_sft_analysis)}."
         for i, step in enumerate(solution.steps)
@@ -104,10 +105,10 @@ def ranking_lines(start: Path, final: Path, solutions, config, *, style) -> list
     lines = []
     for when, path in (("before RL", start), ("after RL", final)):
         r = probe(str(path), solutions, config, style=style).ranking()
-        k = np.mean([len(s.steps) for s in solutions if s.first_error is not None])
+        chance = np.mean([1 / len(s.steps) for s in solutions if s.first_error is not None])
         lines.append(
             f"{when}: AUROC of the first error's P(INCORRECT) against the other steps "
             f"{r.auroc:.3f} (chance 0.5), first error ranked first {r.top1:.3f} (chance "
-            f"{1 / k:.3f}) [{path}]"
+            f"{chance:.3f}) [{path}]"
         )
     return lines
