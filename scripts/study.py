@@ -229,14 +229,14 @@ def ranking(root: Path, seeds: list[int], items: int = 256) -> dict:
     from tango_jax.data import synthetic_labels
     from tango_jax.tango import step_probe
 
-    cache: dict[str, dict] = {}
+    cache: dict[tuple, dict] = {}  # the shared SFT start is probed once
 
     def measure(checkpoint: Path, cfg) -> dict:
-        key = str(checkpoint.resolve())
+        d = cfg.data
+        key = (str(checkpoint.resolve()), d.seed, repr(d.arith), d.prompt_style)
         if key not in cache:
-            arith = cfg.data.arith
-            solutions = synthetic_labels.process_bench(arith, items, seed=cfg.data.seed)
-            r = step_probe.probe(key, solutions, arith, style=cfg.data.templates).ranking()
+            solutions = synthetic_labels.process_bench(d.arith, items, seed=d.seed)
+            r = step_probe.probe(key[0], solutions, d.arith, style=d.templates).ranking()
             cache[key] = {"auroc": r.auroc, "top1": r.top1, "gap": r.gap}
         return cache[key]
 

@@ -102,10 +102,10 @@ def start_verifier(run_dir: str | Path, model_path: str) -> Path | None:
 
 def ranking_lines(start: Path, final: Path, solutions, config, *, style) -> list[str]:
     """One line per checkpoint (before / after RL): `step_ranking` of its step scores."""
+    chance = np.mean([1 / len(s.steps) for s in solutions if s.first_error is not None])
     lines = []
     for when, path in (("before RL", start), ("after RL", final)):
         r = probe(str(path), solutions, config, style=style).ranking()
-        chance = np.mean([1 / len(s.steps) for s in solutions if s.first_error is not None])
         lines.append(
             f"{when}: AUROC of the first error's P(INCORRECT) against the other steps "
             f"{r.auroc:.3f} (chance 0.5), first error ranked first {r.top1:.3f} (chance "
