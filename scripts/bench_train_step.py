@@ -42,7 +42,7 @@ import numpy as np
 from flax import nnx
 
 from tango_jax.models import Transformer, presets
-from tango_jax.models.config import dtype_from_name
+from tango_jax.models.config import ATTENTION_KERNELS, dtype_from_name
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
 from tango_jax.parallel.partition import shard_model
 from tango_jax.rl.batch import TrainBatch
@@ -77,7 +77,13 @@ def model_config(args):
     sizes = {f: getattr(args, a) for a, f in SIZE_FLAGS.items() if getattr(args, a)}
     if "embed_dim" in sizes and "num_heads" in sizes and "head_dim" not in sizes:
         sizes["head_dim"] = sizes["embed_dim"] // sizes["num_heads"]
-    return presets.get(args.preset, dtype=dtype_from_name(args.dtype), remat=args.remat, **sizes)
+    return presets.get(
+        args.preset,
+        dtype=dtype_from_name(args.dtype),
+        remat=args.remat,
+        attention=args.attention,
+        **sizes,
+    )
 
 
 def random_batch(cfg, b: int, pl: int, rl: int, seed: int = 0) -> TrainBatch:
@@ -173,6 +179,12 @@ def main(argv: list[str]) -> int:
                        help="override the preset's size (0: keep)")  # fmt: skip
     p.add_argument("--dtype", default="float32", help="compute dtype (params stay float32)")
     p.add_argument("--remat", action="store_true")
+    p.add_argument(
+        "--attention",
+        default="auto",
+        choices=ATTENTION_KERNELS,
+        help="full-sequence attention kernel (ModelConfig.attention)",
+    )
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--micro-batch", type=int, default=0, help="0: the whole batch at once")
     p.add_argument("--prompt-len", type=int, default=96)
@@ -247,6 +259,7 @@ def main(argv: list[str]) -> int:
         "device": str(jax.devices()[0].device_kind),
         "devices": jax.device_count(),
         "dtype": args.dtype,
+        "attention": args.attention,
         "batch": b,
         "length": pl + rl,
         "compile_s": round(compile_s, 2),

@@ -80,7 +80,8 @@ class RoleConfig:
     param_dtype: str = "float32"  # master weights
     remat: bool = True  # rematerialise each layer in the backward pass
     # full-sequence attention kernel: "auto" (cuDNN flash attention on NVIDIA GPUs in bf16,
-    # else XLA einsums), "xla" or "cudnn" (see tango_jax.models.ModelConfig.attention)
+    # else XLA einsums), "xla", "xla_blocked" (causal einsums 64 queries at a time; 3-10%
+    # faster train steps on CPUs) or "cudnn" (see tango_jax.models.ModelConfig.attention)
     attention: str = "auto"
     enable: bool = True  # verifier only: False = plain rule-reward RL (no verifier at all)
     trainable: bool = True  # verifier only: False = the fixed-verifier ablation

@@ -71,7 +71,7 @@ def apply_rope(x_BxTxNxH: jax.Array, positions_BxT: jax.Array, inv_freq: np.ndar
 
 def use_cudnn(config: ModelConfig, dtype) -> bool:
     """Whether full-sequence attention runs cuDNN's fused kernel (see ModelConfig.attention)."""
-    if config.attention == "xla":
+    if config.attention in ("xla", "xla_blocked"):
         return False
     fits = (
         jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16)
@@ -87,6 +87,56 @@ def use_cudnn(config: ModelConfig, dtype) -> bool:
             )
         return True
     return fits and jax.default_backend() == "gpu"
+
+
+def attention_block(config: ModelConfig, length: int) -> int:
+    """Query block size of full-sequence einsum attention at `length` tokens; 0: one block.
+
+    "xla_blocked" runs the causal attention of a plain forward `block` queries at a time
+    against the keys up to the block's end: the upper triangle's blocks are skipped and each
+    block's scores stay cache-sized. On a 2-core CPU
+    (2026-11-26) the train step got 3-10% faster (tiny model 32 x 160: 1.03-1.06x; its RL
+    shape 64 x 352: 1.04-1.06x; a 22.8M Qwen2 at 8 x 256: 1.10x). Blocks of 64 tokens, at
+    most 16 blocks (a longer sequence gets longer blocks: every block is a separate piece of
+    the compiled program).
+    """
+    if config.attention != "xla_blocked" or length <= 64:
+        return 0
+    return max(64, -(-length // (16 * 64)) * 64)
+
+
+def _einsum_attention(q_BxTxKxGxH, k_BxSxKxH, v_BxSxKxH, mask_BxTxS):
+    """Softmax attention over materialised float32 [B, K, G, T, S] scores."""
+    h = q_BxTxKxGxH.shape[-1]
+    scores = jnp.einsum(
+        "BTKGH,BSKH->BKGTS", q_BxTxKxGxH, k_BxSxKxH, preferred_element_type=jnp.float32
+    )
+    scores = scores / math.sqrt(h)
+    scores = jnp.where(mask_BxTxS[:, None, None], scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(q_BxTxKxGxH.dtype)
+    return jnp.einsum("BKGTS,BSKH->BTKGH", probs, v_BxSxKxH)
+
+
+def _blocked_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, mask_BxTxT, block: int):
+    """Causal attention, `block` queries at a time, each block against the keys up to its end.
+
+    The same numbers as `_einsum_attention` for every query that sees at least one key (a
+    causal mask never lets a query see a later slot, so the skipped keys had weight 0); it
+    skips the upper triangle's blocks and keeps each block's scores small.
+    """
+    t = q_BxTxKxGxH.shape[1]
+    outs = []
+    for start in range(0, t, block):
+        end = min(start + block, t)
+        outs.append(
+            _einsum_attention(
+                q_BxTxKxGxH[:, start:end],
+                k_BxTxKxH[:, :end],
+                v_BxTxKxH[:, :end],
+                mask_BxTxT[:, start:end, :end],
+            )
+        )
+    return jnp.concatenate(outs, axis=1)
 
 
 # --- KV cache ----------------------------------------------------------------------------------
@@ -223,14 +273,13 @@ class Attention(nnx.Module):
             )
             out = jnp.einsum("BTNH,NHD->BTD", out, self.o[...].astype(out.dtype))
             return out, kv
-        g = n // c.num_kv_heads
-        q = q.reshape(b, t, c.num_kv_heads, g, h)  # [B, T, K, G, H]
-        scores = jnp.einsum("BTKGH,BSKH->BKGTS", q, k, preferred_element_type=jnp.float32)
-        scores = scores / math.sqrt(h)
-        scores = jnp.where(frame.mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
-        probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
-        out = jnp.einsum("BKGTS,BSKH->BTKGH", probs, v).reshape(b, t, n, h)
-        out = jnp.einsum("BTNH,NHD->BTD", out, self.o[...].astype(out.dtype))
+        q = q.reshape(b, t, c.num_kv_heads, n // c.num_kv_heads, h)  # [B, T, K, G, H]
+        block = attention_block(c, t) if kv is None else 0
+        if block:
+            out = _blocked_attention(q, k, v, frame.mask, block)
+        else:
+            out = _einsum_attention(q, k, v, frame.mask)
+        out = jnp.einsum("BTNH,NHD->BTD", out.reshape(b, t, n, h), self.o[...].astype(out.dtype))
         return out, kv
 
 
