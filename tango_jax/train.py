@@ -90,9 +90,11 @@ def _ranking_lines(cfg: RunConfig) -> list[str]:
     when PyTorch or a tokenizer with single-token judgment words is missing (said in a line)."""
     from tango_jax.tango import step_probe
 
+    if not cfg.verifier.enable:
+        return []
     final = Path(cfg.run_dir) / "hf" / "verifier"
     start = step_probe.start_verifier(cfg.run_dir, cfg.verifier.model.path)
-    if not cfg.verifier.enable or start is None or not (final / "config.json").exists():
+    if start is None or not (final / "config.json").exists():
         return []
     from tango_jax.data import synthetic_labels
 

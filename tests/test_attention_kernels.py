@@ -35,15 +35,9 @@ def test_auto_is_not_cudnn_off_the_gpu_and_cudnn_there_is_an_error():
 def test_blocked_attention_block_sizes():
     cfg = presets.get("tiny-qwen2")
     blocked, plain = cfg.replace(attention="xla_blocked"), cfg.replace(attention="xla")
-    assert [attention_block(blocked, t) for t in (1, 64, 65, 160, 1024, 1025, 4096)] == [
-        0,
-        0,
-        64,
-        64,
-        64,
-        128,
-        256,
-    ]  # 64-token blocks, at most 16 of them
+    lengths = (1, 64, 65, 160, 1024, 1025, 4096)
+    # 64-token blocks, at most 16 of them
+    assert [attention_block(blocked, t) for t in lengths] == [0, 0, 64, 64, 64, 128, 256]
     assert attention_block(plain, 4096) == 0
     assert attention_block(cfg, 160) == 0  # auto: cudnn or one block
 

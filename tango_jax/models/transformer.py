@@ -94,15 +94,14 @@ def attention_block(config: ModelConfig, length: int) -> int:
 
     "xla_blocked" runs the causal attention of a plain forward `block` queries at a time
     against the keys up to the block's end: the upper triangle's blocks are skipped and each
-    block's scores stay cache-sized. On a 2-core CPU
-    (2026-11-26) the train step got 3-10% faster (tiny model 32 x 160: 1.03-1.06x; its RL
-    shape 64 x 352: 1.04-1.06x; a 22.8M Qwen2 at 8 x 256: 1.10x). Blocks of 64 tokens, at
-    most 16 blocks (a longer sequence gets longer blocks: every block is a separate piece of
-    the compiled program).
+    block's scores stay cache-sized. On a 2-core CPU (2026-11-26) the train step got 3-10%
+    faster (tiny model 32 x 160: 1.03-1.06x; its RL shape 64 x 352: 1.04-1.06x; a 22.8M Qwen2
+    at 8 x 256: 1.10x). Blocks of 64 tokens, at most 16 of them (a longer sequence gets longer
+    blocks, multiples of 64: every block is a separate piece of the compiled program).
     """
     if config.attention != "xla_blocked" or length <= 64:
         return 0
-    return max(64, -(-length // (16 * 64)) * 64)
+    return 64 * math.ceil(length / (16 * 64))
 
 
 def _einsum_attention(q_BxTxKxGxH, k_BxSxKxH, v_BxSxKxH, mask_BxTxS):
