@@ -11,6 +11,7 @@ from flax import nnx
 from hf_fixtures import VARIANTS, load_hf, write_hf_checkpoint
 
 from tango_jax.models import KVCache, from_pretrained
+from tango_jax.models.matmul import dense
 from tango_jax.models.transformer import Frame, rope_inv_freq
 
 TOL = 1e-4  # max relative error, never loosened silently
@@ -181,3 +182,39 @@ def test_remat_gives_same_gradients(tmp_path):
     g2 = nnx.jit(nnx.grad(loss))(remat)
     for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
         assert rel_err(a, b) <= 1e-5  # remat only reorders float operations
+
+
+def _dot_operand_ranks(jaxpr) -> list[tuple[int, ...]]:
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            found.append(tuple(v.aval.ndim for v in eqn.invars))
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            found += _dot_operand_ranks(sub)
+    return found
+
+
+@pytest.mark.parametrize(
+    "x_shape, w_shape",
+    [((3, 5, 4), (4, 7)), ((3, 5, 2, 3), (2, 3, 7)), ((3, 5, 4), (4, 2, 3))],
+    ids=["BTD,DF", "BTNH,NHD", "BTD,DNH"],
+)
+def test_dense_is_one_two_dimensional_matmul_forward_and_backward(x_shape, w_shape):
+    """`dense` against NumPy (values, both gradients), and the property its speed rests on: the
+    forward and both backward products are 2-D matmuls (XLA:CPU lowers the multi-axis einsum's
+    weight gradient through transposing copies; see tango_jax/models/matmul.py)."""
+    in_axes = len(x_shape) - 2
+    rng = np.random.default_rng(len(x_shape) + len(w_shape))
+    x64, w64 = rng.normal(size=x_shape), rng.normal(size=w_shape)
+    g64 = rng.normal(size=x_shape[:2] + w_shape[in_axes:])
+    x2 = x64.reshape(15, -1)  # tokens flattened: B * T = 15 rows
+    w2, g2 = w64.reshape(x2.shape[1], -1), g64.reshape(15, -1)
+    ref = ((x2 @ w2).reshape(g64.shape), (g2 @ w2.T).reshape(x_shape), (x2.T @ g2).reshape(w_shape))
+
+    x, w = jnp.asarray(x64, jnp.float32), jnp.asarray(w64, jnp.float32)
+    out, vjp = jax.vjp(lambda x, w: dense(x, w, in_axes=in_axes), x, w)
+    for got, want in zip((out, *vjp(jnp.asarray(g64, jnp.float32))), ref):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+
+    grad = jax.grad(lambda x, w: dense(x, w, in_axes=in_axes).sum(), argnums=(0, 1))
+    assert _dot_operand_ranks(jax.make_jaxpr(grad)(x, w).jaxpr) == [(2, 2)] * 3

@@ -27,6 +27,7 @@ import numpy as np
 from flax import nnx
 
 from tango_jax.models.config import ModelConfig
+from tango_jax.models.matmul import dense
 from tango_jax.parallel.mesh import constrain
 
 _INIT = nnx.initializers.normal(stddev=0.02)
@@ -238,7 +239,7 @@ class Attention(nnx.Module):
             )
 
     def _project(self, x, w, bias_name):
-        out = jnp.einsum("BTD,DNH->BTNH", x, w[...].astype(x.dtype))
+        out = dense(x, w[...].astype(x.dtype))
         if self.config.qkv_bias:
             out = out + getattr(self, bias_name)[...].astype(x.dtype)
         return out
@@ -270,7 +271,7 @@ class Attention(nnx.Module):
                 scale=1 / math.sqrt(h),
                 implementation="cudnn",
             )
-            out = jnp.einsum("BTNH,NHD->BTD", out, self.o[...].astype(out.dtype))
+            out = dense(out, self.o[...].astype(out.dtype), in_axes=2)
             return out, kv
         q = q.reshape(b, t, c.num_kv_heads, n // c.num_kv_heads, h)  # [B, T, K, G, H]
         block = attention_block(c, t) if kv is None else 0
@@ -278,7 +279,7 @@ class Attention(nnx.Module):
             out = _blocked_attention(q, k, v, frame.mask, block)
         else:
             out = _einsum_attention(q, k, v, frame.mask)
-        out = jnp.einsum("BTNH,NHD->BTD", out.reshape(b, t, n, h), self.o[...].astype(out.dtype))
+        out = dense(out.reshape(b, t, n, h), self.o[...].astype(out.dtype), in_axes=2)
         return out, kv
 
 
@@ -291,10 +292,10 @@ class MLP(nnx.Module):
 
     def __call__(self, x_BxTxD):
         dt = x_BxTxD.dtype
-        gate = jnp.einsum("BTD,DF->BTF", x_BxTxD, self.gate[...].astype(dt))
-        up = jnp.einsum("BTD,DF->BTF", x_BxTxD, self.up[...].astype(dt))
+        gate = dense(x_BxTxD, self.gate[...].astype(dt))
+        up = dense(x_BxTxD, self.up[...].astype(dt))
         hidden = constrain(jax.nn.silu(gate) * up, ("batch", "act_len", "act_mlp"))
-        return jnp.einsum("BTF,FD->BTD", hidden, self.down[...].astype(dt))
+        return dense(hidden, self.down[...].astype(dt))
 
 
 class DecoderLayer(nnx.Module):
@@ -378,9 +379,7 @@ class Transformer(nnx.Module):
 
     def logits_from_hidden(self, h_BxTxD: jax.Array) -> jax.Array:
         """Logits [B, T, V] in float32 from final hidden states."""
-        logits = jnp.einsum(
-            "BTD,DV->BTV", h_BxTxD, self.lm_head_weight(), preferred_element_type=jnp.float32
-        )
+        logits = dense(h_BxTxD, self.lm_head_weight(), preferred_element_type=jnp.float32)
         return constrain(logits, ("batch", "act_len", "act_vocab"))
 
     # -- public API --
