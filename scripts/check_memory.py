@@ -106,6 +106,10 @@ def role_plans(cfg: RunConfig, mesh, layers: list[int] | None) -> dict[str, Step
             dtype=dtype_from_name(role.dtype),
             param_dtype=dtype_from_name(role.param_dtype),
             remat=role.remat,
+            # The plan is for GPUs, whose "auto" runs cuDNN (which a CPU cannot compile) or the
+            # einsums; plan the einsums that materialise the scores, the larger of the two
+            # ("auto" here would be the CPU's xla_blocked). A forced xla_blocked is planned as is.
+            attention="xla_blocked" if role.attention == "xla_blocked" else "xla",
         )
         mcfg = model_config(role.model.path, role.model.preset, **numerics)
         loss = role.trainer.loss
