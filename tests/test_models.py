@@ -218,3 +218,8 @@ def test_dense_is_one_two_dimensional_matmul_forward_and_backward(x_shape, w_sha
 
     grad = jax.grad(lambda x, w: dense(x, w, in_axes=in_axes).sum(), argnums=(0, 1))
     assert _dot_operand_ranks(jax.make_jaxpr(grad)(x, w).jaxpr) == [(2, 2)] * 3
+
+
+def test_dense_rejects_axes_that_only_match_in_size():
+    with pytest.raises(ValueError, match=r"last 2 axes of x \(4, 2, 3\) must equal the first 2"):
+        dense(jnp.zeros((4, 2, 3)), jnp.zeros((3, 2, 5)), in_axes=2)

@@ -20,7 +20,11 @@ def dense(x: jax.Array, w: jax.Array, in_axes: int = 1, preferred_element_type=N
     """
     in_shape, out_shape = w.shape[:in_axes], w.shape[in_axes:]
     tokens = x.shape[: x.ndim - in_axes]
-    assert x.shape[x.ndim - in_axes :] == in_shape, (x.shape, w.shape)
+    if x.shape[x.ndim - in_axes :] != in_shape:
+        raise ValueError(
+            f"dense: the last {in_axes} axes of x {x.shape} must equal the first {in_axes} of "
+            f"w {w.shape}."
+        )
     y = jnp.dot(
         x.reshape(-1, math.prod(in_shape)),
         w.reshape(math.prod(in_shape), -1),
