@@ -207,9 +207,12 @@ def test_dense_is_one_two_dimensional_matmul_forward_and_backward(x_shape, w_sha
     rng = np.random.default_rng(len(x_shape) + len(w_shape))
     x64, w64 = rng.normal(size=x_shape), rng.normal(size=w_shape)
     g64 = rng.normal(size=x_shape[:2] + w_shape[in_axes:])
-    x2 = x64.reshape(15, -1)  # tokens flattened: B * T = 15 rows
-    w2, g2 = w64.reshape(x2.shape[1], -1), g64.reshape(15, -1)
-    ref = ((x2 @ w2).reshape(g64.shape), (g2 @ w2.T).reshape(x_shape), (x2.T @ g2).reshape(w_shape))
+    out_axes = list(range(2, g64.ndim))  # the multi-axis products, in float64
+    ref = (
+        np.tensordot(x64, w64, axes=in_axes),
+        np.tensordot(g64, w64, axes=(out_axes, list(range(in_axes, w64.ndim)))),
+        np.tensordot(x64, g64, axes=([0, 1], [0, 1])),
+    )
 
     x, w = jnp.asarray(x64, jnp.float32), jnp.asarray(w64, jnp.float32)
     out, vjp = jax.vjp(lambda x, w: dense(x, w, in_axes=in_axes), x, w)
