@@ -3,11 +3,11 @@
 import math
 
 import jax
-import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import numpy_reference as ref
 import pytest
+from jaxpr_dots import dot_operands
 
 from tango_jax.rl import losses
 
@@ -314,17 +314,6 @@ def test_k3_gradient_is_finite_for_huge_log_ratios():
     np.testing.assert_allclose(kl_estimate(logp, ref, "low_var_kl")[0, 1:], [10.0, 10.0])
 
 
-def _dot_operand_dtypes(jaxpr) -> list[tuple[str, ...]]:
-    """Operand dtypes of every dot_general in a jaxpr, nested jaxprs (custom_vjp, map) included."""
-    found = []
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "dot_general":
-            found.append(tuple(str(v.aval.dtype) for v in eqn.invars))
-        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-            found += _dot_operand_dtypes(sub)
-    return found
-
-
 def test_head_logits_backward_runs_in_the_operands_dtype_against_numpy():
     rng = np.random.default_rng(3)
     h64 = rng.normal(size=(2, 5, 16))
@@ -345,5 +334,7 @@ def test_head_logits_backward_runs_in_the_operands_dtype_against_numpy():
     # (autodiff of the plain float32-accumulating einsum gave float32 ones: TF32 on GPUs).
     h, w = jnp.asarray(h64, jnp.bfloat16), jnp.asarray(w64, jnp.bfloat16)
     grad = jax.grad(lambda h, w: losses.head_logits(h, w).sum(), argnums=(0, 1))
-    dots = _dot_operand_dtypes(jax.make_jaxpr(grad)(h, w).jaxpr)
+    dots = [
+        tuple(a.dtype.name for a in ops) for ops in dot_operands(jax.make_jaxpr(grad)(h, w).jaxpr)
+    ]
     assert len(dots) == 3 and all(d == ("bfloat16", "bfloat16") for d in dots), dots

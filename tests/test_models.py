@@ -9,6 +9,7 @@ import pytest
 import torch
 from flax import nnx
 from hf_fixtures import VARIANTS, load_hf, write_hf_checkpoint
+from jaxpr_dots import dot_operands
 
 from tango_jax.models import KVCache, from_pretrained
 from tango_jax.models.matmul import dense
@@ -184,16 +185,6 @@ def test_remat_gives_same_gradients(tmp_path):
         assert rel_err(a, b) <= 1e-5  # remat only reorders float operations
 
 
-def _dot_operand_ranks(jaxpr) -> list[tuple[int, ...]]:
-    found = []
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "dot_general":
-            found.append(tuple(v.aval.ndim for v in eqn.invars))
-        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-            found += _dot_operand_ranks(sub)
-    return found
-
-
 @pytest.mark.parametrize(
     "x_shape, w_shape",
     [((3, 5, 4), (4, 7)), ((3, 5, 2, 3), (2, 3, 7)), ((3, 5, 4), (4, 2, 3))],
@@ -220,7 +211,8 @@ def test_dense_is_one_two_dimensional_matmul_forward_and_backward(x_shape, w_sha
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
 
     grad = jax.grad(lambda x, w: dense(x, w, in_axes=in_axes).sum(), argnums=(0, 1))
-    assert _dot_operand_ranks(jax.make_jaxpr(grad)(x, w).jaxpr) == [(2, 2)] * 3
+    dots = dot_operands(jax.make_jaxpr(grad)(x, w).jaxpr)
+    assert [tuple(a.ndim for a in ops) for ops in dots] == [(2, 2)] * 3
 
 
 def test_dense_rejects_axes_that_only_match_in_size():
