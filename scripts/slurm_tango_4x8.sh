@@ -36,7 +36,7 @@ VER_NODES=("${NODES[3]}")
 
 serve() {  # serve NODE MODEL: 4 replicas x TP 2 over the node's 8 GPUs, in the background
   srun --nodes=1 --ntasks=1 --gpus-per-node=8 -w "$1" \
-    python scripts/launch_vllm.py --model "$2" --devices 0,1,2,3,4,5,6,7 \
+    python -m tango_jax.launch_vllm --model "$2" --devices 0,1,2,3,4,5,6,7 \
     --tensor-parallel-size 2 --backend nccl --dtype bfloat16 --max-model-len 8192 \
     --host 0.0.0.0 --api-key-env TANGO_VLLM_KEY --base-port "${PORTS[0]}" \
     >"$LOGS/vllm-$1.jsonl" 2>"$LOGS/vllm-$1.log" &

@@ -24,10 +24,10 @@ from typing import Any
 
 from ml_collections import config_dict as mlc
 
-from tango_jax.config_checks import Rule, above, at_least, check_fields, finite, within
+from tango_jax.schema import Rule, above, at_least, check_fields, finite, within
 from tango_jax.config_roles import RoleConfig, RolloutSettings, SamplerBackend
 from tango_jax.config_stages import CheckpointConfig, EvalConfig, SFTConfig
-from tango_jax.config_types import (
+from tango_jax.schema import (
     ConfigError,
     apply_derived,
     check_path,

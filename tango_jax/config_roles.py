@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from tango_jax.config_checks import Rule, above, at_least, check_fields, one_of, within
+from tango_jax.schema import Rule, above, at_least, check_fields, one_of, within
 from tango_jax.models.config import ATTENTION_KERNELS
 from tango_jax.models.presets import PRESETS
 from tango_jax.rl.train_step import TrainerConfig

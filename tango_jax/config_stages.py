@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from tango_jax.config_checks import at_least, check_fields
-from tango_jax.config_types import apply_derived, derived
+from tango_jax.schema import at_least, check_fields
+from tango_jax.schema import apply_derived, derived
 from tango_jax.rl.train_step import (
     LossConfig,
     LRSchedule,

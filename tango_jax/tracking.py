@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tango_jax.config_checks import Rule, check_fields
-from tango_jax.config_types import ConfigError, to_dict
+from tango_jax.schema import Rule, check_fields
+from tango_jax.schema import ConfigError, to_dict
 
 if TYPE_CHECKING:
     from tango_jax.config import RunConfig

@@ -14,7 +14,7 @@ from tango_jax.config import (
     sibling_config,
 )
 from tango_jax.config_roles import SamplerBackend
-from tango_jax.config_types import ConfigError, from_dict, to_dict
+from tango_jax.schema import ConfigError, from_dict, to_dict
 from tango_jax.rl.advantages import AdvantageEstimator
 from tango_jax.tango.schedule import Kind
 

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from tango_jax.config import load_run_config, sibling_config
-from tango_jax.config_types import to_dict
+from tango_jax.schema import to_dict
 from tango_jax.metrics import read_metrics
 from tango_jax.parallel.distributed import DistributedConfig, fetch, put
 

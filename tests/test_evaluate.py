@@ -17,7 +17,7 @@ from benchmark_fixtures import PROCESS_BENCH, TABLEBENCH, write_all
 from tango_jax import analysis, evaluate
 from tango_jax.checkpoint import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer
 from tango_jax.config import load_run_config, sibling_config
-from tango_jax.config_types import to_dict
+from tango_jax.schema import to_dict
 from tango_jax.models import from_pretrained
 from tango_jax.models.tiny import write_tiny_checkpoint
 from tango_jax.parallel.mesh import MeshConfig, make_mesh

@@ -19,7 +19,7 @@ import pytest
 
 from tango_jax import preflight
 from tango_jax.config import load_run_config, sibling_config
-from tango_jax.config_types import ConfigError
+from tango_jax.schema import ConfigError
 from tango_jax.models.tiny import write_tiny_checkpoint
 from tango_jax.parallel.mesh import make_mesh
 from tango_jax.tango.divergence import GuardAction

@@ -97,7 +97,7 @@ def test_the_graph_sees_the_package():
         ),
         ("tango_jax.rollout", ("tango_jax.tango", "tango_jax.rl", "tango_jax.config")),
         ("tango_jax.tango", ("tango_jax.parallel", "jax.sharding")),
-        ("tango_jax.config_types", ("tango_jax",)),
+        ("tango_jax.schema", ("tango_jax",)),
     ],
 )
 def test_layer_imports_nothing_it_must_not_know(layer, forbidden):

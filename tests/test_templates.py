@@ -20,7 +20,7 @@ import pytest
 from tango_jax import preflight
 from tango_jax.config import base_config, load_run_config
 from tango_jax.config_roles import RoleConfig
-from tango_jax.config_types import ConfigError
+from tango_jax.schema import ConfigError
 from tango_jax.data import benchmarks as B
 from tango_jax.data.datasets import Problem
 from tango_jax.data.tokenizer import tiny_tokenizer

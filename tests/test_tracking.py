@@ -16,7 +16,7 @@ import pytest
 
 from tango_jax import preflight, tracking
 from tango_jax.config import base_config, load_run_config
-from tango_jax.config_types import ConfigError
+from tango_jax.schema import ConfigError
 from tango_jax.metrics import MetricsWriter, read_metrics
 
 ROWS = [

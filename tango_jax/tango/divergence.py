@@ -27,7 +27,7 @@ import enum
 import math
 from collections.abc import Mapping
 
-from tango_jax.config_checks import check_fields, within
+from tango_jax.schema import check_fields, within
 
 
 class GuardAction(enum.Enum):

@@ -31,7 +31,7 @@ import json
 import string
 from pathlib import Path
 
-from tango_jax.config_types import ConfigError
+from tango_jax.schema import ConfigError
 from tango_jax.tango.templates import (
     GENERATOR_PLACEHOLDERS,
     VERIFIER_PLACEHOLDERS,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tango_jax.config_types import apply_derived, derived
+from tango_jax.schema import apply_derived, derived
 from tango_jax.rollout.vllm.server import VLLMServerConfig
 from tango_jax.rollout.vllm.sync import SyncBackend, WeightSyncConfig
 

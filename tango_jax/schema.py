@@ -1,11 +1,12 @@
-"""The config schema machinery: frozen dataclasses are the only schema of a run's config.
+"""The config schema kit: frozen dataclasses are the only schema of a run's config. It imports
+nothing from tango_jax, so every component can declare its own config dataclass with it.
 
     config_dict(RunConfig)           the base ConfigDict: every field with its default
     check_path(RunConfig, "a.b.c")   is `a.b.c` a field? (command-line overrides, before absl)
     from_dict(RunConfig, d)          nested dict -> validated dataclasses, errors naming the path
     to_dict(run_config)              the inverse: plain JSON-able values
 
-Each field's own value checks (`check_fields` and its rules) are in config_checks.py.
+Each field's own value checks (`check_fields` and its rules) are at the end of this file.
 
 Fields, defaults and their documentation live only in the dataclasses (a comment per field).
 `config_dict` turns them into the ml_collections ConfigDict that configs/*.py start from:
@@ -362,3 +363,64 @@ def to_dict(obj: Any, *, _skip: Mapping[str, Any] | None = None) -> Any:
     if isinstance(obj, dict):
         return {k: to_dict(v) for k, v in obj.items()}
     return obj
+
+# --- per-field value checks --------------------------------------------------------------------
+# A `Rule` per field, run by `check_fields` in a dataclass's `__post_init__` (so on every
+# construction, `from_dict` and `dataclasses.replace` included), raising a `FieldError` that
+# names the field, its value and the rule:
+#
+#     def __post_init__(self):
+#         check_fields(self, {"n": at_least(1), "top_p": within(0.0, 1.0, open_lo=True)})
+#
+# `from_dict` prefixes the dataclass's path, so the message names the full field:
+# `config.generator.rollout.top_p (0.0) must be in (0, 1]`.
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """A constraint on one field: `ok(value)` and what the message says when it fails."""
+
+    ok: Callable[[Any], bool]
+    says: str
+
+    def __call__(self, value: Any) -> bool:
+        try:
+            return bool(self.ok(value))
+        except TypeError:  # e.g. None compared with a number
+            return False
+
+
+def at_least(lo: float, why: str = "") -> Rule:
+    return Rule(lambda v: v >= lo, f"must be >= {lo}{why}.")
+
+
+def above(lo: float, why: str = "") -> Rule:
+    return Rule(lambda v: v > lo and math.isfinite(v), f"must be a finite number > {lo}{why}.")
+
+
+def within(lo: float, hi: float, *, open_lo: bool = False, open_hi: bool = False, why: str = ""):
+    left, right = "(" if open_lo else "[", ")" if open_hi else "]"
+
+    def ok(v):
+        return (lo < v if open_lo else lo <= v) and (v < hi if open_hi else v <= hi)
+
+    return Rule(ok, f"must be in {left}{lo}, {hi}{right}{why}.")
+
+
+def finite(why: str = "") -> Rule:
+    return Rule(math.isfinite, f"must be a finite number{why}.")
+
+
+def one_of(allowed, why: str = "") -> Rule:
+    allowed = tuple(allowed)
+    return Rule(lambda v: v in allowed, f"must be one of {list(allowed)}{why}.")
+
+
+def check_fields(obj: Any, rules: Mapping[str, Rule]) -> None:
+    """Raises `FieldError` for the first field of `obj` that breaks its rule (call it in
+    `__post_init__`: the checks then run on every construction, `from_dict` and
+    `dataclasses.replace` included)."""
+    for name, rule in rules.items():
+        value = getattr(obj, name)
+        if not rule(value):
+            raise FieldError(name, value, rule.says)
