@@ -15,7 +15,7 @@ All variants train 300 generator steps, like the Tango config; those without ver
 have no warm-up and no verifier steps, so total_steps = 300.
 """
 
-from tango_jax.config import sibling_config
+from tango_jax.config.run import sibling_config
 
 VARIANTS = ("grpo", "fixed_verifier", "rloo", "rloo_tango", "reinforce_pp", "reinforce_pp_tango")
 

@@ -13,7 +13,7 @@ greedily on data.eval_path, and exports it to run_dir/hf/generator. For Llama (T
 --config.generator.model.path=models/Llama-3.1-8B-Instruct.
 """
 
-from tango_jax.config import sibling_config
+from tango_jax.config.run import sibling_config
 
 
 def get_config():

@@ -18,10 +18,10 @@ greedy held-out evaluations before RL (= after SFT) and at the end.
 
 Variants: tango (default) | grpo (no verifier, rule reward; the same generator steps) |
 zero_shot (no SFT, no RL: the held-out evaluation of the instruct model as it is).
-Every field is documented where its dataclass is defined (tango_jax/config.py).
+Every field is documented where its dataclass is defined (tango_jax/config/run.py).
 """
 
-from tango_jax.config import base_config
+from tango_jax.config.run import base_config
 
 VARIANTS = ("tango", "grpo", "zero_shot")
 MODEL = "models/SmolLM2-135M-Instruct"  # relative to the repository root, where runs start

@@ -13,7 +13,7 @@ expect to run out of memory on 80 GB GPUs.
         --config.data.eval_path=data/math500/test.jsonl
 """
 
-from tango_jax.config import sibling_config
+from tango_jax.config.run import sibling_config
 
 
 def get_config():

@@ -30,11 +30,11 @@ per role 4 replicas x TP 2 on one 8-GPU node:
 spare GPUs). Models and data are local paths: download them beforehand on a machine with
 internet (`huggingface-cli download Qwen/Qwen2.5-7B --local-dir models/Qwen2.5-7B`,
 `huggingface-cli download --repo-type dataset PRIME-RL/Eurus-2-RL-Data --local-dir ...`).
-Everything not set below is the paper's default (tango_jax/config.py and the dataclasses
+Everything not set below is the paper's default (tango_jax/config/run.py and the dataclasses
 it embeds, one comment per field).
 """
 
-from tango_jax.config import base_config
+from tango_jax.config.run import base_config
 
 
 def get_config():

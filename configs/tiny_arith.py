@@ -25,7 +25,7 @@ knowledge, never a step label of a wrong solution). Then RL: 40 verifier warm-up
 balanced in full), held-out evaluations (generator accuracy greedy and sampled, the verifier's
 ProcessBench-style step F1). The structure is the paper's; sizes and learning rates are a CPU's
 (commented where they differ from configs/tango_qwen2_5_math_7b.py). Every field is documented
-where its dataclass is defined (tango_jax/config.py lists them); this file sets only what
+where its dataclass is defined (tango_jax/config/run.py lists them); this file sets only what
 differs from the paper's defaults. Results over seeds: `scripts/study.py`, README.md "What the
 tiny run shows", docs/miniature.md.
 """
@@ -33,7 +33,7 @@ tiny run shows", docs/miniature.md.
 from pathlib import Path
 
 import tango_jax
-from tango_jax.config import base_config
+from tango_jax.config.run import base_config
 
 VARIANTS = ("tango", "grpo", "fixed_verifier")
 STARTS = ("", "scratch")

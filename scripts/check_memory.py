@@ -63,7 +63,7 @@ from pathlib import Path  # noqa: E402
 from absl import app, flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from tango_jax.config import RunConfig, load_run_config, trained_roles  # noqa: E402
+from tango_jax.config.run import RunConfig, load_run_config, trained_roles  # noqa: E402
 from tango_jax.memory_plan import GB, StepMemory, linear_fit, step_memory  # noqa: E402
 from tango_jax.models import presets, read_config  # noqa: E402
 from tango_jax.models.config import ModelConfig, dtype_from_name  # noqa: E402

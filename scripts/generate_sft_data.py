@@ -24,7 +24,7 @@ import os
 import sys
 from pathlib import Path
 
-from tango_jax.config_roles import RoleConfig, RolloutSettings, SamplerBackend, SamplerSettings
+from tango_jax.config.roles import RoleConfig, RolloutSettings, SamplerBackend, SamplerSettings
 from tango_jax.data import datasets
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
 from tango_jax.rollout.base import SamplingParams

@@ -155,7 +155,7 @@ def collect(root: Path, seeds: list[int]) -> dict:
 
 def bench_items() -> tuple[list[int], list[int]]:
     """(first-error labels, step counts) of the runs' miniature ProcessBench items."""
-    from tango_jax.config import load_run_config, sibling_config
+    from tango_jax.config.run import load_run_config, sibling_config
     from tango_jax.data import synthetic_labels
 
     cfg = load_run_config(sibling_config(CONFIG, "tiny_arith").get_config())
@@ -225,7 +225,7 @@ def ranking(root: Path, seeds: list[int], items: int = 256) -> dict:
     every step judgment): {variant: {seed: {"start": {...}, "final": {...}}}}. The start is the
     SFT verifier the run began RL from; the items are the first `items` of the run's own
     miniature ProcessBench stream (its held-out evaluation's items come first)."""
-    from tango_jax.config import load_run_config
+    from tango_jax.config.run import load_run_config
     from tango_jax.data import synthetic_labels
     from tango_jax.tango import step_probe
 

@@ -28,7 +28,7 @@ from tango_jax.schema import Rule, check_fields
 from tango_jax.schema import ConfigError, to_dict
 
 if TYPE_CHECKING:
-    from tango_jax.config import RunConfig
+    from tango_jax.config.run import RunConfig
 
 RUN_ID_FILE = "wandb_run_id"
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from absl import app, flags
 from ml_collections import config_flags
 
-from tango_jax import preflight
-from tango_jax.config import RunConfig, SamplerBackend, check_micro_batches, load_run_config
+from tango_jax.config import preflight
+from tango_jax.config.run import RunConfig, SamplerBackend, check_micro_batches, load_run_config
 from tango_jax.schema import ConfigError, UnknownFieldError, check_path
 from tango_jax.parallel.distributed import initialize, is_primary
 from tango_jax.parallel.mesh import data_parallel_size, make_mesh

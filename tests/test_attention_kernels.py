@@ -8,7 +8,7 @@ import pytest
 from flax import nnx
 
 from tango_jax.schema import FieldError
-from tango_jax.config_roles import RoleConfig
+from tango_jax.config.roles import RoleConfig
 from tango_jax.models import Transformer, presets
 from tango_jax.models.transformer import attention_block, use_cudnn
 

@@ -8,7 +8,7 @@ each kind, with tiny budgets, on the real model.
 
 import pytest
 
-from tango_jax.config_roles import RoleConfig
+from tango_jax.config.roles import RoleConfig
 from tango_jax.data import synthetic_labels
 from tango_jax.data.datasets import Problem
 from tango_jax.data.prompts import drop_overlong

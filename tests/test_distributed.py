@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tango_jax.config import load_run_config, sibling_config
+from tango_jax.config.run import load_run_config, sibling_config
 from tango_jax.schema import to_dict
 from tango_jax.metrics import read_metrics
 from tango_jax.parallel.distributed import DistributedConfig, fetch, put

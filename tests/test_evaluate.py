@@ -16,7 +16,7 @@ from benchmark_fixtures import PROCESS_BENCH, TABLEBENCH, write_all
 
 from tango_jax import analysis, evaluate
 from tango_jax.checkpoint import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer
-from tango_jax.config import load_run_config, sibling_config
+from tango_jax.config.run import load_run_config, sibling_config
 from tango_jax.schema import to_dict
 from tango_jax.models import from_pretrained
 from tango_jax.models.tiny import write_tiny_checkpoint
@@ -244,7 +244,7 @@ def test_the_users_templates_reach_the_benchmarks(run_dir, data_dir, tmp_path):
     ood.write_text("Think hard. " * 2000 + "\nUser: {question}\nAssistant:")
     config = tmp_path / "with_templates.py"
     config.write_text(
-        "from tango_jax.config import sibling_config\n\n\ndef get_config():\n"
+        "from tango_jax.config.run import sibling_config\n\n\ndef get_config():\n"
         f"    c = sibling_config({str(CONFIGS / 'x.py')!r}, 'tiny_arith')\n"
         "    c = c.get_config('tango,scratch')\n"
         f"    c.data.template_files.generator_ood = {str(ood)!r}\n"

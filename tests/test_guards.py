@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tango_jax import preflight
-from tango_jax.config import load_run_config, sibling_config
+from tango_jax.config import preflight
+from tango_jax.config.run import load_run_config, sibling_config
 from tango_jax.schema import ConfigError
 from tango_jax.models.tiny import write_tiny_checkpoint
 from tango_jax.parallel.mesh import make_mesh

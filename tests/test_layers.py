@@ -85,7 +85,7 @@ def test_the_graph_sees_the_package():
     for layer in ("tango_jax.rl", "tango_jax.rollout", "tango_jax.tango"):
         assert sum(_in(m, layer) for m in GRAPH) >= 4, layer
     assert "tango_jax.rl.batch" in GRAPH["tango_jax.rl.trainer"]
-    assert "tango_jax.tango.schedule" in GRAPH["tango_jax.config"]
+    assert "tango_jax.tango.schedule" in GRAPH["tango_jax.config.run"]
 
 
 @pytest.mark.parametrize(
@@ -93,9 +93,9 @@ def test_the_graph_sees_the_package():
     [
         (
             "tango_jax.rl",
-            ("tango_jax.tango", "tango_jax.rollout", "tango_jax.data", "tango_jax.config"),
+            ("tango_jax.tango", "tango_jax.rollout", "tango_jax.data", "tango_jax.config.run"),
         ),
-        ("tango_jax.rollout", ("tango_jax.tango", "tango_jax.rl", "tango_jax.config")),
+        ("tango_jax.rollout", ("tango_jax.tango", "tango_jax.rl", "tango_jax.config.run")),
         ("tango_jax.tango", ("tango_jax.parallel", "jax.sharding")),
         ("tango_jax.schema", ("tango_jax",)),
     ],
@@ -115,9 +115,9 @@ def _closure(start: str) -> set[str]:
 
 
 def test_config_imports_nothing_above_it():
-    below = _closure("tango_jax.config")
-    above = sorted(m for m in below if "tango_jax.config" in _closure(m))
-    assert above == [], f"tango_jax.config imports modules that import it: {above}"
+    below = _closure("tango_jax.config.run")
+    above = sorted(m for m in below if "tango_jax.config.run" in _closure(m))
+    assert above == [], f"tango_jax.config.run imports modules that import it: {above}"
     assert not _in_any(below, "tango_jax.train", "tango_jax.tango.loop", "tango_jax.tango.steps")
 
 

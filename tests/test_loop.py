@@ -21,7 +21,7 @@ from safetensors.numpy import load_file
 
 from tango_jax.checkpoint import RunCheckpointer
 from tango_jax.checkpoint_guards import NonFiniteError
-from tango_jax.config import DataSource, load_run_config, sibling_config
+from tango_jax.config.run import DataSource, load_run_config, sibling_config
 from tango_jax.schema import ConfigError
 from tango_jax.metrics import read_metrics
 from tango_jax.parallel.mesh import make_mesh

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from test_loop import _comparable, _weights
 
-from tango_jax.config import load_run_config, sibling_config
+from tango_jax.config.run import load_run_config, sibling_config
 from tango_jax.schema import ConfigError
 from tango_jax.metrics import read_metrics
 from tango_jax.parallel.mesh import make_mesh

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from tango_jax.config import base_config, load_run_config, sibling_config
+from tango_jax.config.run import base_config, load_run_config, sibling_config
 from tango_jax.data import synthetic_labels
 from tango_jax.data.synthetic import ArithConfig, VerifierAnalysis, VerifierLabels
 from tango_jax.data.tokenizer import tiny_tokenizer

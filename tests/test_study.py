@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tango_jax.config import load_run_config, sibling_config
+from tango_jax.config.run import load_run_config, sibling_config
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs"
@@ -166,7 +166,7 @@ def test_ranking_probes_each_runs_start_and_final_verifier(tmp_path):
     import shutil
 
     from tango_jax.data import synthetic_labels
-    from tango_jax.preflight import write_config
+    from tango_jax.config.preflight import write_config
     from tango_jax.tango.step_probe import probe
 
     study = _script("study")

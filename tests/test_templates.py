@@ -17,9 +17,9 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from tango_jax import preflight
-from tango_jax.config import base_config, load_run_config
-from tango_jax.config_roles import RoleConfig
+from tango_jax.config import preflight
+from tango_jax.config.run import base_config, load_run_config
+from tango_jax.config.roles import RoleConfig
 from tango_jax.schema import ConfigError
 from tango_jax.data import benchmarks as B
 from tango_jax.data.datasets import Problem

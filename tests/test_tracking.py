@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tango_jax import preflight, tracking
-from tango_jax.config import base_config, load_run_config
+from tango_jax.config import preflight
+from tango_jax import tracking
+from tango_jax.config.run import base_config, load_run_config
 from tango_jax.schema import ConfigError
 from tango_jax.metrics import MetricsWriter, read_metrics
 

@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING
 import jax
 from jax.experimental import multihost_utils
 
-from tango_jax import preflight
+from tango_jax.config import preflight
 from tango_jax.checkpoint import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer
 from tango_jax.checkpoint_guards import check_finite, last_good
-from tango_jax.config import RunConfig, enabled_roles, trained_roles
-from tango_jax.config_roles import SamplerBackend
+from tango_jax.config.run import RunConfig, enabled_roles, trained_roles
+from tango_jax.config.roles import SamplerBackend
 from tango_jax.data import synthetic_labels
 from tango_jax.data.datasets import StreamPosition
 from tango_jax.data.prompts import DataSource, load_prompts

@@ -23,9 +23,9 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from tango_jax.config import DataSource, RunConfig
-from tango_jax.config_roles import RoleConfig
-from tango_jax.config_stages import SFTStage
+from tango_jax.config.run import DataSource, RunConfig
+from tango_jax.config.roles import RoleConfig
+from tango_jax.config.stages import SFTStage
 from tango_jax.data import synthetic_labels
 from tango_jax.data.tokenizer import load_tokenizer
 from tango_jax.metrics import MetricsWriter, NoMetrics, Progress

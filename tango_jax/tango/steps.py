@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import jax.numpy as jnp
 import numpy as np
 
-from tango_jax.config import RunConfig
+from tango_jax.config.run import RunConfig
 from tango_jax.data.datasets import Problem
 from tango_jax.metrics import PhaseTimer
 from tango_jax.rl.advantages import outcome_advantages

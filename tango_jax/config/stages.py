@@ -1,7 +1,7 @@
 """The run config's stages around RL (`RunConfig.sft`, `.eval`, `.checkpoint`): supervised
 fine-tuning of each role before RL, evaluation, and checkpointing.
 
-Part of the single schema with tango_jax/config.py (which embeds these); each field is defined
+Part of the single schema with tango_jax/config/run.py (which embeds these); each field is defined
 once, here, with its comment and default.
 """
 

@@ -1,7 +1,7 @@
 """The run config's per-role sections (`RunConfig.generator` and `RunConfig.verifier`): where a
 model's weights come from, its numerics, its sampler and rollouts, and its RL trainer.
 
-Part of the single schema with tango_jax/config.py (which embeds `RoleConfig`); each field is
+Part of the single schema with tango_jax/config/run.py (which embeds `RoleConfig`); each field is
 defined once, here, with its comment and default.
 """
 

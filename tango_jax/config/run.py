@@ -25,8 +25,8 @@ from typing import Any
 from ml_collections import config_dict as mlc
 
 from tango_jax.schema import Rule, above, at_least, check_fields, finite, within
-from tango_jax.config_roles import RoleConfig, RolloutSettings, SamplerBackend
-from tango_jax.config_stages import CheckpointConfig, EvalConfig, SFTConfig
+from tango_jax.config.roles import RoleConfig, RolloutSettings, SamplerBackend
+from tango_jax.config.stages import CheckpointConfig, EvalConfig, SFTConfig
 from tango_jax.schema import (
     ConfigError,
     apply_derived,

@@ -28,7 +28,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tango_jax.config import RunConfig, enabled_roles
+from tango_jax.config.run import RunConfig, enabled_roles
 from tango_jax.schema import ConfigError, config_dict, to_dict
 from tango_jax.data.prompts import DataSource
 from tango_jax.tango.schedule import Kind
