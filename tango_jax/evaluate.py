@@ -120,7 +120,7 @@ def _override(role: RoleConfig, args: argparse.Namespace) -> RoleConfig:
 
 def _run_role_path(run_dir: Path, step: str, kind: Kind, out_dir: Path) -> tuple[Path, str]:
     """(HF directory, label) of `kind` in run `run_dir` at `step`."""
-    from tango_jax.checkpoint import CHECKPOINT_SUBDIR, RunCheckpointer
+    from tango_jax.checkpoint.run import CHECKPOINT_SUBDIR, RunCheckpointer
 
     name = kind.value
     start = run_dir / "sft" / name
@@ -165,7 +165,7 @@ def step_label(run_dir: Path, step: str) -> str:
     """The out_dir name for `step` (latest resolved to its number)."""
     if step != "latest":
         return step if step in STEP_KEYWORDS else f"step_{int(step)}"
-    from tango_jax.checkpoint import CHECKPOINT_SUBDIR, RunCheckpointer
+    from tango_jax.checkpoint.run import CHECKPOINT_SUBDIR, RunCheckpointer
 
     ckpt_dir = run_dir / CHECKPOINT_SUBDIR
     if not ckpt_dir.is_dir():

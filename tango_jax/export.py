@@ -21,7 +21,7 @@ import jax
 from flax import nnx
 from jax.sharding import Mesh
 
-from tango_jax.checkpoint import CHECKPOINT_SUBDIR, RunCheckpointer
+from tango_jax.checkpoint.run import CHECKPOINT_SUBDIR, RunCheckpointer
 from tango_jax.data.tokenizer import load_tokenizer
 from tango_jax.models import Transformer, save_pretrained
 from tango_jax.models.config import dtype_from_name

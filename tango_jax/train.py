@@ -52,8 +52,8 @@ def main(argv: list[str]) -> None:
         preflight.check(cfg)  # paths and run_dir; nothing is written before this passes
     except ValueError as e:  # ConfigError included
         sys.exit(f"config error: {e}")
-    from tango_jax.checkpoint_guards import NonFiniteError, NoReadableCheckpointError
-    from tango_jax.tango.divergence import DivergenceError
+    from tango_jax.checkpoint.guards import NonFiniteError, NoReadableCheckpointError
+    from tango_jax.checkpoint.divergence import DivergenceError
     from tango_jax.tango.loop import TangoLoop  # heavy imports only after the config is valid
 
     try:

@@ -39,7 +39,7 @@ def main(argv: list[str]) -> int:
     import numpy as np
     from flax import nnx
 
-    from tango_jax.checkpoint import ModelInfo, RunCheckpointer
+    from tango_jax.checkpoint.run import ModelInfo, RunCheckpointer
     from tango_jax.data.tokenizer import tiny_tokenizer
     from tango_jax.models import Transformer, presets
     from tango_jax.parallel.distributed import DistributedConfig, initialize

@@ -20,8 +20,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from test_models import TOL, rel_err
 
-from tango_jax.checkpoint import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer
-from tango_jax.checkpoint_guards import NonFiniteError, check_finite
+from tango_jax.checkpoint.run import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer
+from tango_jax.checkpoint.guards import NonFiniteError, check_finite
 from tango_jax.data.tokenizer import TINY_TOKENIZER_DIR
 from tango_jax.export import main as export_main
 from tango_jax.models import Transformer, presets
@@ -252,7 +252,7 @@ CRASH = textwrap.dedent(
     from pathlib import Path
     import jax.numpy as jnp
     from orbax.checkpoint._src.path import atomicity
-    from tango_jax.checkpoint import ModelInfo, RunCheckpointer
+    from tango_jax.checkpoint.run import ModelInfo, RunCheckpointer
 
     def state(step, scale):
         w = scale * jnp.arange(6.0).reshape(2, 3)

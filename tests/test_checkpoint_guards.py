@@ -1,4 +1,4 @@
-"""The checkpoint guards (tango_jax/checkpoint_guards.py): a damaged checkpoint set aside (never
+"""The checkpoint guards (tango_jax/checkpoint/guards.py): a damaged checkpoint set aside (never
 deleted) with a fall-back to the previous one, and every non-finite metric stopping the step
 before it is saved.
 
@@ -18,8 +18,8 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tango_jax.checkpoint import ModelInfo, RunCheckpointer
-from tango_jax.checkpoint_guards import (
+from tango_jax.checkpoint.run import ModelInfo, RunCheckpointer
+from tango_jax.checkpoint.guards import (
     CheckpointMismatchError,
     NonFiniteError,
     NoReadableCheckpointError,
@@ -63,7 +63,7 @@ def test_an_unreadable_latest_checkpoint_is_moved_aside_and_the_previous_restore
     damaged = _files(directory / "3")
     models = {"generator": ModelInfo({})}
     with (
-        caplog.at_level(logging.WARNING, logger="tango_jax.checkpoint"),
+        caplog.at_level(logging.WARNING, logger="tango_jax.checkpoint.run"),
         RunCheckpointer(directory, keep=5, models=models) as ckpt,
     ):
         trainers, host = ckpt.restore(None, {"generator": _state(0)})

@@ -15,7 +15,7 @@ import pytest
 from benchmark_fixtures import PROCESS_BENCH, TABLEBENCH, write_all
 
 from tango_jax import analysis, evaluate
-from tango_jax.checkpoint import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer
+from tango_jax.checkpoint.run import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer
 from tango_jax.config.run import load_run_config, sibling_config
 from tango_jax.schema import to_dict
 from tango_jax.models import from_pretrained

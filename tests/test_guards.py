@@ -22,7 +22,7 @@ from tango_jax.config.run import load_run_config, sibling_config
 from tango_jax.schema import ConfigError
 from tango_jax.models.tiny import write_tiny_checkpoint
 from tango_jax.parallel.mesh import make_mesh
-from tango_jax.tango.divergence import GuardAction
+from tango_jax.checkpoint.divergence import GuardAction
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = REPO / "configs"
@@ -287,7 +287,7 @@ def test_the_loop_checks_before_writing_too(tmp_path):
 
 
 def test_divergence_signs_by_hand():
-    from tango_jax.tango.divergence import DivergenceConfig, GuardAction, divergence_signs
+    from tango_jax.checkpoint.divergence import DivergenceConfig, GuardAction, divergence_signs
 
     healthy = {"generator/train/param_norm": 10.05, "generator/train/loss/entropy": 1.2}
     cfg = DivergenceConfig(max_entropy_frac=0.95)
@@ -316,6 +316,6 @@ def test_divergence_signs_by_hand():
 
 def test_preflight_knows_where_checkpoints_live():
     """preflight keeps its own copy of the name, to stay free of orbax's 1.5 s import."""
-    from tango_jax.checkpoint import CHECKPOINT_SUBDIR
+    from tango_jax.checkpoint.run import CHECKPOINT_SUBDIR
 
     assert preflight.CHECKPOINT_SUBDIR == CHECKPOINT_SUBDIR

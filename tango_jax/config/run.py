@@ -40,7 +40,7 @@ from tango_jax.parallel.distributed import DistributedConfig
 from tango_jax.parallel.mesh import MeshConfig
 from tango_jax.rl.advantages import AdvantageEstimator
 from tango_jax.tango.class_balance import ReweightMethod
-from tango_jax.tango.divergence import DivergenceConfig
+from tango_jax.checkpoint.divergence import DivergenceConfig
 from tango_jax.tango.process_advantages import AlphaSchedule
 from tango_jax.tango.schedule import Kind, Schedule
 from tango_jax.tracking import WandbConfig

@@ -30,8 +30,8 @@ import jax
 from jax.experimental import multihost_utils
 
 from tango_jax.config import preflight
-from tango_jax.checkpoint import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer
-from tango_jax.checkpoint_guards import check_finite, last_good
+from tango_jax.checkpoint.run import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer
+from tango_jax.checkpoint.guards import check_finite, last_good
 from tango_jax.config.run import RunConfig, enabled_roles, trained_roles
 from tango_jax.config.roles import SamplerBackend
 from tango_jax.data import synthetic_labels
@@ -41,7 +41,7 @@ from tango_jax.data.tokenizer import load_tokenizer
 from tango_jax.metrics import MetricsWriter, NoMetrics, PhaseTimer, Progress
 from tango_jax.models import save_pretrained
 from tango_jax.tango.class_balance import ClassBalanceState
-from tango_jax.tango.divergence import DivergenceError, GuardAction, divergence_signs
+from tango_jax.checkpoint.divergence import DivergenceError, GuardAction, divergence_signs
 from tango_jax.tango.evaluation import evaluate
 from tango_jax.tango.overlap import Prefetch
 from tango_jax.tango.process_bench import ProcessItem

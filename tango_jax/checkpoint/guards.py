@@ -30,7 +30,7 @@ from jax.experimental import multihost_utils
 from tango_jax.parallel.distributed import fetch
 
 if TYPE_CHECKING:
-    from tango_jax.checkpoint import RunCheckpointer
+    from tango_jax.checkpoint.run import RunCheckpointer
 
 log = logging.getLogger(__name__)
 

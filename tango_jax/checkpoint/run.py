@@ -53,7 +53,7 @@ import orbax.checkpoint as ocp
 from etils import epath
 from jax.experimental import multihost_utils
 
-from tango_jax.checkpoint_guards import (
+from tango_jax.checkpoint.guards import (
     CheckpointMismatchError,
     all_finite,
     latest_readable,
