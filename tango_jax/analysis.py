@@ -9,7 +9,7 @@
     print(table3(evals))
     generator_diagnostics(evals)   # format, length, truncation per benchmark
 
-A run is its `metrics.jsonl` as columns (`tango_jax.metrics.metric_columns`): "step" plus one
+A run is its `metrics.jsonl` as columns (`tango_jax.metrics.writer.metric_columns`): "step" plus one
 float array per metric, NaN where a step did not log it (evaluation metrics appear only on
 evaluation steps; generator metrics only on generator steps).
 """
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from tango_jax.metrics import metric_columns, read_metrics
+from tango_jax.metrics.writer import metric_columns, read_metrics
 from tango_jax.tango import eval_report as R
 
 Run = dict[str, np.ndarray]

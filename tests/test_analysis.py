@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tango_jax import analysis
-from tango_jax.metrics import MetricsWriter
+from tango_jax.metrics.writer import MetricsWriter
 from tango_jax.tango import eval_report as R
 
 matplotlib.use("Agg")

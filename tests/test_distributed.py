@@ -29,7 +29,7 @@ import pytest
 
 from tango_jax.config.run import load_run_config, sibling_config
 from tango_jax.schema import to_dict
-from tango_jax.metrics import read_metrics
+from tango_jax.metrics.writer import read_metrics
 from tango_jax.parallel.distributed import DistributedConfig, fetch, put
 
 WORKER = Path(__file__).with_name("distributed_worker.py")

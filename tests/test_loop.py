@@ -23,7 +23,7 @@ from tango_jax.checkpoint.run import RunCheckpointer
 from tango_jax.checkpoint.guards import NonFiniteError
 from tango_jax.config.run import DataSource, load_run_config, sibling_config
 from tango_jax.schema import ConfigError
-from tango_jax.metrics import read_metrics
+from tango_jax.metrics.writer import read_metrics
 from tango_jax.parallel.mesh import make_mesh
 from tango_jax.checkpoint.divergence import DivergenceError
 from tango_jax.tango.loop import TangoLoop

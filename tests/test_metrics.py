@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from tensorboardX.proto.event_pb2 import Event, SessionLog
 
-from tango_jax.metrics import (
+from tango_jax.metrics.writer import (
     METRICS_FILE,
     TENSORBOARD_SUBDIR,
     MetricsWriter,

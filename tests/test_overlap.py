@@ -15,7 +15,7 @@ from test_loop import _comparable, _weights
 
 from tango_jax.config.run import load_run_config, sibling_config
 from tango_jax.schema import ConfigError
-from tango_jax.metrics import read_metrics
+from tango_jax.metrics.writer import read_metrics
 from tango_jax.parallel.mesh import make_mesh
 from tango_jax.rl.train_step import Objective
 from tango_jax.rl.trainer import Trainer

@@ -24,7 +24,7 @@ from tango_jax.schema import ConfigError
 from tango_jax.data import benchmarks as B
 from tango_jax.data.datasets import Problem
 from tango_jax.data.tokenizer import tiny_tokenizer
-from tango_jax.metrics import PhaseTimer
+from tango_jax.metrics.writer import PhaseTimer
 from tango_jax.rollout.base import Completion, FinishReason
 from tango_jax.tango import benchmark_eval, evaluation, sft, steps
 from tango_jax.tango import templates as T

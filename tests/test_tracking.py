@@ -1,4 +1,4 @@
-"""Weights & Biases logging (tango_jax/tracking.py, config `wandb`): off by default; when on,
+"""Weights & Biases logging (tango_jax/metrics/wandb.py, config `wandb`): off by default; when on,
 every step MetricsWriter writes reaches a W&B run with the same names, steps and values, read
 back from the offline run's own record file (W&B's LevelDB-style log of protobuf records); a
 resumed run continues the same W&B run; on without the package, preflight says how to fix it.
@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from tango_jax.config import preflight
-from tango_jax import tracking
+from tango_jax.metrics import wandb as tracking
 from tango_jax.config.run import base_config, load_run_config
 from tango_jax.schema import ConfigError
-from tango_jax.metrics import MetricsWriter, read_metrics
+from tango_jax.metrics.writer import MetricsWriter, read_metrics
 
 ROWS = [
     (1, {"generator/reward/mean": 0.25, "perf/step_s": 1.5}, "warmup"),

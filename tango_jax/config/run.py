@@ -43,7 +43,7 @@ from tango_jax.tango.class_balance import ReweightMethod
 from tango_jax.checkpoint.divergence import DivergenceConfig
 from tango_jax.tango.process_advantages import AlphaSchedule
 from tango_jax.tango.schedule import Kind, Schedule
-from tango_jax.tracking import WandbConfig
+from tango_jax.metrics.wandb import WandbConfig
 
 
 @dataclasses.dataclass(frozen=True)

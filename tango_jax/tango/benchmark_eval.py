@@ -27,7 +27,7 @@ from typing import Any
 
 from tango_jax.data.benchmarks import ProcessRow
 from tango_jax.data.datasets import Problem
-from tango_jax.metrics import Progress
+from tango_jax.metrics.writer import Progress
 from tango_jax.tango import feedback, formats, templates
 from tango_jax.tango.answer_check import RewardKind
 from tango_jax.tango.evaluation import generator_prompts, verify_process_items

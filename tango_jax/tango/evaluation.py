@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from tango_jax.data.datasets import Problem
-from tango_jax.metrics import PhaseTimer
+from tango_jax.metrics.writer import PhaseTimer
 from tango_jax.rollout.base import Completion, Prompt
 from tango_jax.tango import feedback, formats, templates
 from tango_jax.tango.process_bench import (

@@ -38,7 +38,7 @@ from tango_jax.data import synthetic_labels
 from tango_jax.data.datasets import StreamPosition
 from tango_jax.data.prompts import DataSource, load_prompts
 from tango_jax.data.tokenizer import load_tokenizer
-from tango_jax.metrics import MetricsWriter, NoMetrics, PhaseTimer, Progress
+from tango_jax.metrics.writer import MetricsWriter, NoMetrics, PhaseTimer, Progress
 from tango_jax.models import save_pretrained
 from tango_jax.tango.class_balance import ClassBalanceState
 from tango_jax.checkpoint.divergence import DivergenceError, GuardAction, divergence_signs
@@ -50,7 +50,7 @@ from tango_jax.tango.schedule import Kind
 from tango_jax.tango.scoring_pool import OutcomeScorer
 from tango_jax.tango.sft import initial_path, rl_start_path
 from tango_jax.tango.steps import StepContext, collect, generator_step, verifier_step
-from tango_jax.tracking import wandb_sink
+from tango_jax.metrics.wandb import wandb_sink
 
 if TYPE_CHECKING:
     from jax.sharding import Mesh

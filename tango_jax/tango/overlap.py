@@ -49,7 +49,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from tango_jax.metrics import PhaseTimer
+from tango_jax.metrics.writer import PhaseTimer
 
 if TYPE_CHECKING:
     from tango_jax.data.datasets import Problem

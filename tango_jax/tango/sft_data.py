@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tango_jax.data.datasets import Problem
-from tango_jax.metrics import Progress
+from tango_jax.metrics.writer import Progress
 from tango_jax.rollout.base import SamplingParams
 from tango_jax.tango import feedback, templates
 from tango_jax.tango.roles import Role

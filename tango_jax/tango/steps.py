@@ -28,7 +28,7 @@ import numpy as np
 
 from tango_jax.config.run import RunConfig
 from tango_jax.data.datasets import Problem
-from tango_jax.metrics import PhaseTimer
+from tango_jax.metrics.writer import PhaseTimer
 from tango_jax.rl.advantages import outcome_advantages
 from tango_jax.rl.batch import TrainBatch, make_batch
 from tango_jax.rollout.base import Prompt

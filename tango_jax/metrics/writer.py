@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import numpy as np
 
 if TYPE_CHECKING:
-    from tango_jax.tracking import WandbSink
+    from tango_jax.metrics.wandb import WandbSink
 
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_SUBDIR = "tensorboard"
