@@ -30,7 +30,7 @@ from pathlib import Path
 from tango_jax.data import synthetic, synthetic_labels
 from tango_jax.data.tokenizer import TINY_TOKENIZER_DIR, train_tiny_tokenizer
 from tango_jax.models.presets import TINY_VOCAB_SIZE
-from tango_jax.tango import templates
+from tango_jax.text import templates
 
 SEED = 12345  # corpus stream, apart from every training / evaluation seed
 

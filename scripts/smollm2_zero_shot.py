@@ -40,7 +40,7 @@ PLAIN_SUFFIX = "\nGive the final answer as \\boxed{number}."
 
 
 def prompt_text(question: str, style: str) -> str:
-    from tango_jax.tango import formats
+    from tango_jax.text import formats
 
     if style == "tango":
         return formats.render_generator_prompt(question)
@@ -53,8 +53,8 @@ def last_integer(text: str) -> str | None:
 
 
 def score(responses, problems) -> dict[str, float]:
-    from tango_jax.tango import formats
-    from tango_jax.tango.answer_check import outcome_reward
+    from tango_jax.text import formats
+    from tango_jax.text.answer_check import outcome_reward
 
     gold = [str(p.answer) for p in problems]
     fmt = [formats.generator_format_score(c.text) for c in responses]

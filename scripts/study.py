@@ -167,7 +167,7 @@ def bench_items() -> tuple[list[int], list[int]]:
 
 def baselines(labels: list[int], steps: list[int]) -> dict[str, float]:
     """Step F1 of the trivial verifiers on the runs' miniature ProcessBench items."""
-    from tango_jax.tango import process_bench as pb
+    from tango_jax.text import process_bench as pb
 
     return {
         "always CORRECT": pb.process_scores(labels, [pb.NO_ERROR] * len(labels)).f1,
@@ -180,7 +180,7 @@ def location_skill(results: dict, seeds: list[int], items: tuple[list[int], list
     """Each verifier (after SFT, after RL) against a verifier with no location skill that
     passes as many correct solutions (process_bench.no_skill_baseline): the first-error rate
     and the F1 above that baseline, per seed and as mean ± 95% interval."""
-    from tango_jax.tango import process_bench as pb
+    from tango_jax.text import process_bench as pb
 
     found, passed = "eval/verifier/step_acc_erroneous", "eval/verifier/step_acc_correct"
     lines = [

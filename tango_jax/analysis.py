@@ -166,7 +166,7 @@ def location_lines(run: Run, labels: Sequence[int], num_steps: Sequence[int]) ->
     """At the first and the last evaluation: the verifier's first-error rate and step F1
     against the miniature ProcessBench's baselines (`process_bench.no_skill_baseline` at the
     verifier's own pass rate on correct solutions, and a uniformly random location)."""
-    from tango_jax.tango import process_bench as pb
+    from tango_jax.text import process_bench as pb
 
     steps, found = series(run, "eval/verifier/step_acc_erroneous")
     _, passed = series(run, "eval/verifier/step_acc_correct")

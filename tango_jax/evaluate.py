@@ -42,8 +42,8 @@ from tango_jax.config.roles import RoleConfig, SamplerBackend
 from tango_jax.data import benchmarks as B
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
 from tango_jax.tango.schedule import Kind
-from tango_jax.tango.template_files import TemplateFiles, load_templates
-from tango_jax.tango.templates import PromptStyle, PromptTemplates, Variant
+from tango_jax.text.template_files import TemplateFiles, load_templates
+from tango_jax.text.templates import PromptStyle, PromptTemplates, Variant
 
 log = logging.getLogger("tango_jax")
 
@@ -224,7 +224,7 @@ def _build(kind: Kind, role_cfg: RoleConfig, path: Path, mesh):
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from tango_jax.tango import benchmark_eval as E
     from tango_jax.tango import eval_report as R
-    from tango_jax.tango.scoring_pool import OutcomeScorer
+    from tango_jax.text.scoring_pool import OutcomeScorer
 
     names = B.benchmark_names(args.benchmarks)
     splits = B.process_bench_splits(args.process_bench)

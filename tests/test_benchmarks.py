@@ -12,8 +12,8 @@ import pytest
 from benchmark_fixtures import PROCESS_BENCH, write_all
 
 from tango_jax.data import benchmarks as B
-from tango_jax.tango import formats, templates
-from tango_jax.tango.answer_check import RewardKind
+from tango_jax.text import formats, templates
+from tango_jax.text.answer_check import RewardKind
 
 
 @pytest.fixture(scope="module")

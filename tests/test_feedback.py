@@ -8,7 +8,7 @@ import pytest
 from tango_jax.data.datasets import Problem
 from tango_jax.data.tokenizer import tiny_tokenizer
 from tango_jax.rollout.base import Completion, FinishReason
-from tango_jax.tango import formats
+from tango_jax.text import formats
 from tango_jax.tango.feedback import Judgment, Solution, step_reward_arrays, verdict_metrics
 
 TEXT = (

@@ -1,4 +1,4 @@
-r"""Hand-worked examples for tango_jax.tango.formats and its prompts, tango_jax.tango.templates
+r"""Hand-worked examples for tango_jax.text.formats and its prompts, tango_jax.text.templates
 (TANGO_SPEC §3.1-3.3, §4.1-4.2, §10).
 
 Expected values are worked out by hand from the spec; the hypothesis properties are in
@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from tango_jax.tango import formats as F
-from tango_jax.tango import templates as T
+from tango_jax.text import formats as F
+from tango_jax.text import templates as T
 
 GOOD_VERIFICATION = (
     "<step_verification>\n"

@@ -1,4 +1,4 @@
-"""Hypothesis properties of tango_jax.tango.formats over random and adversarial strings.
+"""Hypothesis properties of tango_jax.text.formats over random and adversarial strings.
 
 The independent references are the official regexes of TANGO_SPEC §3.2-3.3 and §4.2, written
 out here as the spec states them (fine on the short strings hypothesis makes; the module under
@@ -10,8 +10,8 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tango_jax.tango import formats as F
-from tango_jax.tango import templates as T
+from tango_jax.text import formats as F
+from tango_jax.text import templates as T
 
 FRAGMENTS = [
     "<step>", "</step>", "<step_verification>", "</step_verification>", "<final_verification>",

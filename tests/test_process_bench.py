@@ -1,8 +1,8 @@
-"""tango_jax.tango.process_bench: ProcessBench-style step scores, on hand-worked examples."""
+"""tango_jax.text.process_bench: ProcessBench-style step scores, on hand-worked examples."""
 
 import pytest
 
-from tango_jax.tango.process_bench import (
+from tango_jax.text.process_bench import (
     NO_ERROR,
     harmonic_mean,
     no_skill_baseline,

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tango_jax.tango import formats as F
+from tango_jax.text import formats as F
 from tango_jax.tango import rewards as R
 
 PATHOLOGICAL_MATH = "<answer>\\boxed{2^{2^{40}}}</answer>"  # sympy works on it for minutes

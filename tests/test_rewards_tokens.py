@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from tango_jax.tango import formats as F
+from tango_jax.text import formats as F
 from tango_jax.tango import rewards as R
 
 

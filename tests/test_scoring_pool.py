@@ -1,4 +1,4 @@
-"""The OutcomeScorer pool (tango_jax.tango.scoring_pool, used as rewards.OutcomeScorer): it agrees
+"""The OutcomeScorer pool (tango_jax.text.scoring_pool, used as rewards.OutcomeScorer): it agrees
 with the in-process reward functions, counts soft timeouts and errors, kills workers stuck in C
 code, replaces dead workers and recovers from an interrupted call.
 """

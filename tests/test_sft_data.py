@@ -13,8 +13,8 @@ from safetensors.numpy import load_file, save_file
 
 from tango_jax.data.tokenizer import load_tokenizer
 from tango_jax.models.tiny import write_tiny_checkpoint
-from tango_jax.tango import templates
-from tango_jax.tango.answer_check import outcome_reward
+from tango_jax.text import templates
+from tango_jax.text.answer_check import outcome_reward
 from tango_jax.tango.schedule import Kind
 from tango_jax.tango.sft import SFTPair, sft_records
 

@@ -32,7 +32,7 @@ from tango_jax.config.run import RunConfig, enabled_roles
 from tango_jax.schema import ConfigError, config_dict, to_dict
 from tango_jax.data.prompts import DataSource
 from tango_jax.tango.schedule import Kind
-from tango_jax.tango.template_files import load_templates
+from tango_jax.text.template_files import load_templates
 from tango_jax.metrics.wandb import check_installed
 
 log = logging.getLogger(__name__)

@@ -44,9 +44,9 @@ from typing import Generic, TypeVar
 from tango_jax.data import datasets as ds
 from tango_jax.data.datasets import Problem
 from tango_jax.data.hub_files import data_files, dataset_dir, read_rows
-from tango_jax.tango import formats
-from tango_jax.tango.answer_check import RewardKind
-from tango_jax.tango.process_bench import ProcessItem
+from tango_jax.text import formats
+from tango_jax.text.answer_check import RewardKind
+from tango_jax.text.process_bench import ProcessItem
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ from typing import Any
 from tango_jax.data import datasets, synthetic
 from tango_jax.data.datasets import Problem, PromptStream, StreamPosition
 from tango_jax.data.synthetic import ArithConfig, SyntheticStream
-from tango_jax.tango.template_files import TemplateFiles, load_templates
-from tango_jax.tango.templates import (
+from tango_jax.text.template_files import TemplateFiles, load_templates
+from tango_jax.text.templates import (
     PromptStyle,
     PromptTemplates,
     Templates,

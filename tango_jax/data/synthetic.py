@@ -40,7 +40,7 @@ import re
 from collections.abc import Iterator
 
 from tango_jax.data.datasets import Problem, StreamPosition
-from tango_jax.tango import formats
+from tango_jax.text import formats
 
 SOURCE = "synthetic-arith"
 MAX_ATTEMPTS = 1000  # draws per problem before the split is declared empty

@@ -50,8 +50,8 @@ from tango_jax.data.synthetic import (
     reference_solution,
     slipped_solution,
 )
-from tango_jax.tango import formats, templates
-from tango_jax.tango.process_bench import NO_ERROR, ProcessItem
+from tango_jax.text import formats, templates
+from tango_jax.text.process_bench import NO_ERROR, ProcessItem
 
 _QUESTION = re.compile(r"Start with (\d+)\. (.+)\. What is the result\?")
 _OP_OF_PHRASE = {"add": Op.ADD, "subtract": Op.SUB, "multiply by": Op.MUL, "divide by": Op.DIV}

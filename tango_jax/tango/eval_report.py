@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tango_jax.tango.process_bench import ProcessScores, process_scores
+from tango_jax.text.process_bench import ProcessScores, process_scores
 
 # Column order and headers of the paper's tables.
 TABLE1_MATH = (

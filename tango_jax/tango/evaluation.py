@@ -11,8 +11,9 @@ import numpy as np
 from tango_jax.data.datasets import Problem
 from tango_jax.metrics.writer import PhaseTimer
 from tango_jax.rollout.base import Completion, Prompt
-from tango_jax.tango import feedback, formats, templates
-from tango_jax.tango.process_bench import (
+from tango_jax.tango import feedback
+from tango_jax.text import formats, templates
+from tango_jax.text.process_bench import (
     ProcessItem,
     predicted_error_step,
     process_scores,

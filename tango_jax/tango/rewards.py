@@ -29,15 +29,15 @@ import codecs
 import functools
 from collections.abc import Sequence
 
-from tango_jax.tango import formats
-from tango_jax.tango.answer_check import (
+from tango_jax.text import formats
+from tango_jax.text.answer_check import (
     DEFAULT_TIMEOUT_S,
     RewardKind,
     boxed_equal_reward,
     cruxeval_reward,
     outcome_reward,
 )
-from tango_jax.tango.scoring_pool import OutcomeScorer, ScoredBatch, ScorerStats
+from tango_jax.text.scoring_pool import OutcomeScorer, ScoredBatch, ScorerStats
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",

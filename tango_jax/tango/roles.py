@@ -19,7 +19,7 @@ from tango_jax.rl.trainer import Trainer
 from tango_jax.rollout.base import Completion, Prompt, Sampler, SamplingParams
 from tango_jax.rollout.jax_sampler import JaxSampler
 from tango_jax.tango.schedule import Kind
-from tango_jax.tango.templates import chat_prompt
+from tango_jax.text.templates import chat_prompt
 
 if TYPE_CHECKING:
     from jax.sharding import Mesh  # passed through to the model, trainer and sampler

@@ -35,7 +35,7 @@ from tango_jax.models.tiny import write_tiny_checkpoint
 from tango_jax.rl.batch import make_batch
 from tango_jax.rl.train_step import Objective
 from tango_jax.rl.trainer import Trainer
-from tango_jax.tango import templates
+from tango_jax.text import templates
 from tango_jax.tango.schedule import Kind
 from tango_jax.metrics.wandb import wandb_sink
 

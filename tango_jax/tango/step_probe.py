@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from tango_jax.data import synthetic_labels
-from tango_jax.tango import formats, process_bench, templates
+from tango_jax.text import formats, process_bench, templates
 
 
 def ideal_transcript(solution, config) -> tuple[str, list[str]]:

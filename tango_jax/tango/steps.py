@@ -33,7 +33,8 @@ from tango_jax.rl.advantages import outcome_advantages
 from tango_jax.rl.batch import TrainBatch, make_batch
 from tango_jax.rollout.base import Prompt
 from tango_jax.rollout.drift import logprob_drift
-from tango_jax.tango import feedback, templates
+from tango_jax.tango import feedback
+from tango_jax.text import templates
 from tango_jax.tango.class_balance import ClassBalanceState, class_weights, update_class_balance
 from tango_jax.tango.process_advantages import AlphaScheduleKind, blended_advantages
 from tango_jax.tango.rewards import OutcomeScorer

@@ -32,7 +32,7 @@ import string
 from pathlib import Path
 
 from tango_jax.schema import ConfigError
-from tango_jax.tango.templates import (
+from tango_jax.text.templates import (
     GENERATOR_PLACEHOLDERS,
     VERIFIER_PLACEHOLDERS,
     PromptStyle,

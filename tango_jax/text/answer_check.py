@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from tango_jax.tango import formats
+from tango_jax.text import formats
 
 DEFAULT_TIMEOUT_S = 5.0  # per item; the official code gives Math-Verify 5 s per parse and compare
 

@@ -24,7 +24,7 @@ from multiprocessing.connection import Connection, wait
 
 import numpy as np
 
-from tango_jax.tango.answer_check import (
+from tango_jax.text.answer_check import (
     DEFAULT_TIMEOUT_S,
     ItemStatus,
     RewardKind,
@@ -116,7 +116,7 @@ def _start_worker() -> _Worker:
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    code = f"from tango_jax.tango.scoring_pool import _serve; _serve({child.fileno()})"
+    code = f"from tango_jax.text.scoring_pool import _serve; _serve({child.fileno()})"
     try:
         proc = subprocess.Popen(
             [sys.executable, "-c", code],
@@ -309,6 +309,6 @@ class OutcomeScorer:
             f"{worker.proc.poll()} (None: still running after startup_timeout_s = "
             f"{self.startup_timeout_s} s), {self._failed_starts} deaths in a row. Its error is "
             f"on stderr above; check that `{sys.executable} -c "
-            '"import tango_jax.tango.scoring_pool, math_verify"` works, or raise '
+            '"import tango_jax.text.scoring_pool, math_verify"` works, or raise '
             "startup_timeout_s on a loaded machine."
         )

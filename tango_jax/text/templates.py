@@ -23,7 +23,7 @@ import functools
 import re
 from typing import Any
 
-from tango_jax.tango.formats import split_steps
+from tango_jax.text.formats import split_steps
 
 _GENERATOR_TEMPLATE = r"""You are a helpful Assistant who solves mathematical problems step by step.
 Your job is to write out the whole solution process inside specific tags.
