@@ -216,7 +216,7 @@ def _variant(name: str) -> Variant:
 
 
 def _build(kind: Kind, role_cfg: RoleConfig, path: Path, mesh):
-    from tango_jax.tango.roles import build_role
+    from tango_jax.run.roles import build_role
 
     return build_role(kind, role_cfg, path, mesh, with_trainer=False)
 

@@ -54,7 +54,7 @@ def main(argv: list[str]) -> None:
         sys.exit(f"config error: {e}")
     from tango_jax.checkpoint.guards import NonFiniteError, NoReadableCheckpointError
     from tango_jax.checkpoint.divergence import DivergenceError
-    from tango_jax.tango.loop import TangoLoop  # heavy imports only after the config is valid
+    from tango_jax.run.loop import TangoLoop  # heavy imports only after the config is valid
 
     try:
         loop = TangoLoop(cfg, mesh)

@@ -272,7 +272,7 @@ def test_fields_added_to_the_schema_since_the_run_started_count_at_their_default
 
 def test_the_loop_checks_before_writing_too(tmp_path):
     """TangoLoop.run (used without train.py) refuses before its first write as well."""
-    from tango_jax.tango.loop import TangoLoop
+    from tango_jax.run.loop import TangoLoop
 
     run_dir = tmp_path / "run"
     _started_run(run_dir)

@@ -118,7 +118,7 @@ def test_config_imports_nothing_above_it():
     below = _closure("tango_jax.config.run")
     above = sorted(m for m in below if "tango_jax.config.run" in _closure(m))
     assert above == [], f"tango_jax.config.run imports modules that import it: {above}"
-    assert not _in_any(below, "tango_jax.train", "tango_jax.tango.loop", "tango_jax.tango.steps")
+    assert not _in_any(below, "tango_jax.train", "tango_jax.run.loop", "tango_jax.run.steps")
 
 
 def _in_any(modules: set[str], *names: str) -> bool:

@@ -26,7 +26,7 @@ from tango_jax.schema import ConfigError
 from tango_jax.metrics.writer import read_metrics
 from tango_jax.parallel.mesh import make_mesh
 from tango_jax.checkpoint.divergence import DivergenceError
-from tango_jax.tango.loop import TangoLoop
+from tango_jax.run.loop import TangoLoop
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 

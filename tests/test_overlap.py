@@ -19,8 +19,8 @@ from tango_jax.metrics.writer import read_metrics
 from tango_jax.parallel.mesh import make_mesh
 from tango_jax.rl.train_step import Objective
 from tango_jax.rl.trainer import Trainer
-from tango_jax.tango.loop import TangoLoop
-from tango_jax.tango.overlap import Prefetch
+from tango_jax.run.loop import TangoLoop
+from tango_jax.run.overlap import Prefetch
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 TIS_CAP = 1.02  # small enough that some lag-1 tokens are truncated

@@ -16,7 +16,7 @@ from tango_jax.models.tiny import write_tiny_checkpoint
 from tango_jax.text import templates
 from tango_jax.text.answer_check import outcome_reward
 from tango_jax.tango.schedule import Kind
-from tango_jax.tango.sft import SFTPair, sft_records
+from tango_jax.run.sft import SFTPair, sft_records
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "generate_sft_data.py"
 NUM = 8
@@ -105,7 +105,7 @@ def test_teacher_responses_filtered_by_correctness(tmp_path):
 
 
 def test_chat_template_wraps_the_prompt(tmp_path):
-    from tango_jax.tango.sft_data import teacher_text
+    from tango_jax.run.sft_data import teacher_text
 
     tok = load_tokenizer(write_tiny_checkpoint(tmp_path / "t", seed=0))
     assert teacher_text("P", tok, chat_template=False) == "P"

@@ -26,12 +26,13 @@ from tango_jax.data.datasets import Problem
 from tango_jax.data.tokenizer import tiny_tokenizer
 from tango_jax.metrics.writer import PhaseTimer
 from tango_jax.rollout.base import Completion, FinishReason
-from tango_jax.tango import benchmark_eval, evaluation, sft, steps
+from tango_jax.tango import benchmark_eval
+from tango_jax.run import evaluation, sft, steps
 from tango_jax.text import templates as T
-from tango_jax.tango.roles import Role
+from tango_jax.run.roles import Role
 from tango_jax.tango.schedule import Kind
 from tango_jax.text.scoring_pool import OutcomeScorer
-from tango_jax.tango.steps import Purpose
+from tango_jax.run.steps import Purpose
 from tango_jax.text.template_files import TemplateFiles, load_templates
 
 # The official templates' shapes: a jinja2 generator template and a str.format verifier

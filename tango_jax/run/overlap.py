@@ -54,7 +54,7 @@ from tango_jax.metrics.writer import PhaseTimer
 if TYPE_CHECKING:
     from tango_jax.data.datasets import Problem
     from tango_jax.rollout.base import Sampler
-    from tango_jax.tango.steps import Rollouts
+    from tango_jax.run.steps import Rollouts
 
 log = logging.getLogger("tango_jax")
 

@@ -18,7 +18,7 @@ from tango_jax.rollout.base import Completion, Prompt
 from tango_jax.text import formats, templates
 from tango_jax.tango import rewards
 from tango_jax.text.process_bench import predicted_error_step, process_scores
-from tango_jax.tango.roles import Role
+from tango_jax.run.roles import Role
 
 
 @dataclasses.dataclass(frozen=True)

@@ -42,14 +42,14 @@ from tango_jax.metrics.writer import MetricsWriter, NoMetrics, PhaseTimer, Progr
 from tango_jax.models import save_pretrained
 from tango_jax.tango.class_balance import ClassBalanceState
 from tango_jax.checkpoint.divergence import DivergenceError, GuardAction, divergence_signs
-from tango_jax.tango.evaluation import evaluate
-from tango_jax.tango.overlap import Prefetch
+from tango_jax.run.evaluation import evaluate
+from tango_jax.run.overlap import Prefetch
 from tango_jax.text.process_bench import ProcessItem
-from tango_jax.tango.roles import Role, build_role
+from tango_jax.run.roles import Role, build_role
 from tango_jax.tango.schedule import Kind
 from tango_jax.text.scoring_pool import OutcomeScorer
-from tango_jax.tango.sft import initial_path, rl_start_path
-from tango_jax.tango.steps import StepContext, collect, generator_step, verifier_step
+from tango_jax.run.sft import initial_path, rl_start_path
+from tango_jax.run.steps import StepContext, collect, generator_step, verifier_step
 from tango_jax.metrics.wandb import wandb_sink
 
 if TYPE_CHECKING:
