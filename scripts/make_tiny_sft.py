@@ -105,7 +105,7 @@ def shown(cmd: list[str]) -> str:
 
 def step0_eval(run_dir: Path) -> dict[str, float]:
     """The run's evaluation before RL (step 0), restricted to EVAL_KEYS."""
-    from tango_jax import analysis
+    from tango_jax.eval import analysis
 
     run = analysis.load_runs({"r": run_dir})["r"]
     out = {}

@@ -1,5 +1,5 @@
 """What a verifier checkpoint knows about where the error is, measured without sampling
-(`tango_jax.tango.step_probe` reads the step scores).
+(`tango_jax.eval.step_probe` reads the step scores).
 
     python scripts/probe_verifier.py runs/tiny_arith/sft/verifier
     python scripts/probe_verifier.py runs/tiny_arith/hf/verifier --items 256
@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from tango_jax.data import synthetic, synthetic_labels
-from tango_jax.tango.step_probe import probe
+from tango_jax.eval.step_probe import probe
 
 
 def fit_balanced_logistic(x_train, y_train, x_test) -> np.ndarray:

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tango_jax import analysis
+from tango_jax.eval import analysis
 
 VARIANTS = ("tango", "grpo", "fixed_verifier")
 CONFIG = "configs/tiny_arith.py"
@@ -227,7 +227,7 @@ def ranking(root: Path, seeds: list[int], items: int = 256) -> dict:
     miniature ProcessBench stream (its held-out evaluation's items come first)."""
     from tango_jax.config.run import load_run_config
     from tango_jax.data import synthetic_labels
-    from tango_jax.tango import step_probe
+    from tango_jax.eval import step_probe
 
     cache: dict[tuple, dict] = {}  # the shared SFT start is probed once
 

@@ -222,8 +222,8 @@ def _build(kind: Kind, role_cfg: RoleConfig, path: Path, mesh):
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from tango_jax.tango import benchmark_eval as E
-    from tango_jax.tango import eval_report as R
+    from tango_jax.eval import benchmarks as E
+    from tango_jax.eval import report as R
     from tango_jax.text.scoring_pool import OutcomeScorer
 
     names = B.benchmark_names(args.benchmarks)

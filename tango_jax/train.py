@@ -69,7 +69,7 @@ def main(argv: list[str]) -> None:
         cfg.name,
         " ".join(f"{k}={v:.4f}" for k, v in sorted(final.items()) if k.startswith("eval/")),
     )
-    from tango_jax import analysis
+    from tango_jax.eval import analysis
 
     run = analysis.load_runs({cfg.name: cfg.run_dir})[cfg.name]
     for line in analysis.before_after_lines(run):
@@ -88,7 +88,7 @@ def _ranking_lines(cfg: RunConfig) -> list[str]:
     error before and after RL (`step_probe`, teacher-forced in PyTorch), on the run's own
     miniature-ProcessBench items. Empty when the run has no final verifier checkpoint, or
     when PyTorch or a tokenizer with single-token judgment words is missing (said in a line)."""
-    from tango_jax.tango import step_probe
+    from tango_jax.eval import step_probe
 
     if not cfg.verifier.enable:
         return []

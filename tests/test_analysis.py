@@ -10,9 +10,9 @@ import matplotlib
 import numpy as np
 import pytest
 
-from tango_jax import analysis
+from tango_jax.eval import analysis
 from tango_jax.metrics.writer import MetricsWriter
-from tango_jax.tango import eval_report as R
+from tango_jax.eval import report as R
 
 matplotlib.use("Agg")
 

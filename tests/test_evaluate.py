@@ -14,7 +14,8 @@ import jax
 import pytest
 from benchmark_fixtures import PROCESS_BENCH, TABLEBENCH, write_all
 
-from tango_jax import analysis, evaluate
+from tango_jax.eval import analysis
+from tango_jax import evaluate
 from tango_jax.checkpoint.run import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer
 from tango_jax.config.run import load_run_config, sibling_config
 from tango_jax.schema import to_dict
@@ -22,8 +23,8 @@ from tango_jax.models import from_pretrained
 from tango_jax.models.tiny import write_tiny_checkpoint
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
 from tango_jax.rl.trainer import Trainer
-from tango_jax.tango import eval_report as R
-from tango_jax.tango.benchmark_eval import ResultLog
+from tango_jax.eval import report as R
+from tango_jax.eval.benchmarks import ResultLog
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 STEP = 3
@@ -112,7 +113,7 @@ def test_run_dir_writes_both_tables_and_per_problem_records(evaluated, run_dir):
 
 
 def test_the_analysis_notebook_reads_the_evaluation(evaluated, run_dir):
-    """tango_jax.analysis (the notebook's tables) on what the evaluation wrote: the same
+    """tango_jax.eval.analysis (the notebook's tables) on what the evaluation wrote: the same
     numbers as table1.md and table3.md, and every per-problem record."""
     out, results = evaluated
     evals = analysis.load_evaluations(analysis.find_evaluations({"tiny": run_dir}))

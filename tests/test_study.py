@@ -167,7 +167,7 @@ def test_ranking_probes_each_runs_start_and_final_verifier(tmp_path):
 
     from tango_jax.data import synthetic_labels
     from tango_jax.config.preflight import write_config
-    from tango_jax.tango.step_probe import probe
+    from tango_jax.eval.step_probe import probe
 
     study = _script("study")
     assets = ROOT / "tango_jax" / "assets" / "tiny_arith_sft"
@@ -201,7 +201,7 @@ def test_the_train_commands_final_lines_rank_the_steps_before_and_after_rl(tmp_p
 
     from tango_jax import train
     from tango_jax.data import synthetic_labels
-    from tango_jax.tango import step_probe
+    from tango_jax.eval import step_probe
 
     assets = ROOT / "tango_jax" / "assets" / "tiny_arith_sft"
     cfg = load_run_config(_tiny("tango"))

@@ -26,7 +26,7 @@ from tango_jax.data.datasets import Problem
 from tango_jax.data.tokenizer import tiny_tokenizer
 from tango_jax.metrics.writer import PhaseTimer
 from tango_jax.rollout.base import Completion, FinishReason
-from tango_jax.tango import benchmark_eval
+from tango_jax.eval import benchmarks as benchmark_eval
 from tango_jax.run import evaluation, sft, steps
 from tango_jax.text import templates as T
 from tango_jax.run.roles import Role

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from tango_jax.metrics.writer import metric_columns, read_metrics
-from tango_jax.tango import eval_report as R
+from tango_jax.eval import report as R
 
 Run = dict[str, np.ndarray]
 
