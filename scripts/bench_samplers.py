@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from tango_jax.buckets import round_up
+from tango_jax.parallel.buckets import round_up
 from tango_jax.data.tokenizer import load_tokenizer, tiny_tokenizer
 from tango_jax.models import Transformer, from_pretrained, presets
 from tango_jax.models.config import dtype_from_name

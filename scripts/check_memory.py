@@ -5,7 +5,7 @@
     python scripts/check_memory.py --config configs/tiny_arith.py --layers full
 
 For each trained role (generator, verifier) it compiles the role's train step ahead of time
-(`tango_jax/memory_plan.py`: the Trainer's jit of `rl.train_step.train_step`, from abstract
+(`tango_jax/rl/memory_plan.py`: the Trainer's jit of `rl.train_step.train_step`, from abstract
 arrays that carry their shardings; no weights are read or allocated) on the config's mesh over
 `--devices` simulated CPU devices (`--xla_force_host_platform_device_count`), for the worst-case
 batch of the config (prompts_per_step x rollout.n rows, prompts padded to max_prompt_len,
@@ -64,7 +64,7 @@ from absl import app, flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from tango_jax.config.run import RunConfig, load_run_config, trained_roles  # noqa: E402
-from tango_jax.memory_plan import GB, StepMemory, linear_fit, step_memory  # noqa: E402
+from tango_jax.rl.memory_plan import GB, StepMemory, linear_fit, step_memory  # noqa: E402
 from tango_jax.models import presets, read_config  # noqa: E402
 from tango_jax.models.config import ModelConfig, dtype_from_name  # noqa: E402
 from tango_jax.parallel.mesh import make_mesh  # noqa: E402

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tango_jax.buckets import round_up
+from tango_jax.parallel.buckets import round_up
 
 
 @dataclasses.dataclass(frozen=True)
