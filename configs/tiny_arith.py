@@ -9,7 +9,7 @@
 
 The config string is VARIANT[,scratch]. By default RL starts from the SFT checkpoints shipped
 in tango_jax/assets/tiny_arith_sft/ (2-layer Qwen2-style models, head size 64, 0.5M parameters,
-the project's 512-token tokenizer), which `python scripts/make_tiny_sft.py` reproduces from
+the project's 512-token tokenizer), which `python scripts/assets/make_tiny_sft.py` reproduces from
 random init (~26 min on the 2-core CPU: too long for the main job, which must take minutes).
 `,scratch` runs the SFT inside the run instead, from random init: the generator's 1200 steps on
 step-by-step solutions (a fifth of them with an arithmetic slip), then the first of the
@@ -26,7 +26,7 @@ balanced in full), held-out evaluations (generator accuracy greedy and sampled, 
 ProcessBench-style step F1). The structure is the paper's; sizes and learning rates are a CPU's
 (commented where they differ from configs/tango_qwen2_5_math_7b.py). Every field is documented
 where its dataclass is defined (tango_jax/config/run.py lists them); this file sets only what
-differs from the paper's defaults. Results over seeds: `scripts/study.py`, README.md "What the
+differs from the paper's defaults. Results over seeds: `scripts/study/study.py`, README.md "What the
 tiny run shows", docs/miniature.md.
 """
 
@@ -37,7 +37,7 @@ from tango_jax.config.run import base_config
 
 VARIANTS = ("tango", "grpo", "fixed_verifier")
 STARTS = ("", "scratch")
-# The SFT checkpoints RL starts from by default (scripts/make_tiny_sft.py writes them).
+# The SFT checkpoints RL starts from by default (scripts/assets/make_tiny_sft.py writes them).
 SFT_ASSETS = Path(tango_jax.__file__).resolve().parent / "assets" / "tiny_arith_sft"
 
 

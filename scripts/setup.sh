@@ -35,6 +35,6 @@ fi
 # The real model of the CPU tests, converted once to a float32 HF checkpoint (540 MB, ~30 s);
 # a no-op when models/SmolLM2-135M-Instruct already holds it.
 if [ "$stack" = cpu ]; then
-  .venv/bin/python scripts/fetch_smollm2.py
+  .venv/bin/python scripts/assets/fetch_smollm2.py
 fi
 echo "tango_jax environment ready: .venv ($stack)"

@@ -1,4 +1,4 @@
-"""scripts/generate_sft_data.py end to end with a tiny random teacher: it keeps exactly the
+"""tango_jax/generate_sft_data.py end to end with a tiny random teacher: it keeps exactly the
 responses whose answer is correct, reports the yield, and writes what the SFT stage reads."""
 
 from __future__ import annotations

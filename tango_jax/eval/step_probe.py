@@ -5,8 +5,8 @@ the steps (`process_bench.step_ranking`: AUROC of the first error against the ot
 first error ranked first). A verifier's greedy step F1 moves with its threshold alone; these
 numbers move only when its judgments single out the wrong step better.
 
-Used by `python -m tango_jax.train`'s final lines on the synthetic task, scripts/study.py's
-ranking table and scripts/probe_verifier.py. Needs a tokenizer with single tokens for '{',
+Used by `python -m tango_jax.train`'s final lines on the synthetic task, scripts/study/study.py's
+ranking table and scripts/study/probe_verifier.py. Needs a tokenizer with single tokens for '{',
 CORRECT and INCORRECT (the project's tiny one).
 """
 

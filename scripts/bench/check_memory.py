@@ -1,8 +1,8 @@
 """Does a config's training fit its devices? XLA's per-device memory plan, before renting GPUs.
 
-    python scripts/check_memory.py --config configs/tango_qwen2_5_math_7b.py
-    python scripts/check_memory.py --config configs/tango_llama3_1_8b.py --devices 8
-    python scripts/check_memory.py --config configs/tiny_arith.py --layers full
+    python scripts/bench/check_memory.py --config configs/tango_qwen2_5_math_7b.py
+    python scripts/bench/check_memory.py --config configs/tango_llama3_1_8b.py --devices 8
+    python scripts/bench/check_memory.py --config configs/tiny_arith.py --layers full
 
 For each trained role (generator, verifier) it compiles the role's train step ahead of time
 (`tango_jax/rl/memory_plan.py`: the Trainer's jit of `rl.train_step.train_step`, from abstract

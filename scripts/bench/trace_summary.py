@@ -1,8 +1,8 @@
 """Where a profiled step's device time goes: the kernels of a `jax.profiler` Perfetto trace,
 summed by name and by category.
 
-    python scripts/bench_train_step.py ... --profile /tmp/prof
-    python scripts/trace_summary.py /tmp/prof [--top 30]
+    python scripts/bench/bench_train_step.py ... --profile /tmp/prof
+    python scripts/bench/trace_summary.py /tmp/prof [--top 30]
 
 Reads the newest `perfetto_trace.json.gz` under the directory, keeps the complete events
 ("ph": "X") of device threads (GPU streams: process names containing "/device:"), and prints

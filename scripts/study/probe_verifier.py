@@ -1,8 +1,8 @@
 """What a verifier checkpoint knows about where the error is, measured without sampling
 (`tango_jax.eval.step_probe` reads the step scores).
 
-    python scripts/probe_verifier.py runs/tiny_arith/sft/verifier
-    python scripts/probe_verifier.py runs/tiny_arith/hf/verifier --items 256
+    python scripts/study/probe_verifier.py runs/tiny_arith/sft/verifier
+    python scripts/study/probe_verifier.py runs/tiny_arith/hf/verifier --items 256
 
 On miniature-ProcessBench solutions (half correct, half with one slip at a known step), the
 verifier is fed the ideal transcript (every earlier judgment CORRECT; the step analyses of

@@ -1,13 +1,13 @@
 """Measures the vLLM sampling service: server start, generation throughput, weight sync.
 
 CPU, the tiny model (written to a temp dir when --model is not given), gloo transfer:
-    python scripts/bench_vllm.py --dtype float32 --enforce-eager
+    python scripts/bench/bench_vllm.py --dtype float32 --enforce-eager
 GPUs:
-    python scripts/bench_vllm.py --model /ckpt/Qwen2.5-7B --dtype bfloat16 --backend nccl \
+    python scripts/bench/bench_vllm.py --model /ckpt/Qwen2.5-7B --dtype bfloat16 --backend nccl \
         --devices 7 --prompts 256 --n 5 --max-tokens 1024
 
 A Qwen2.5-0.5B-shaped model with random weights (written once to --preset-dir, tiny tokenizer):
-    python scripts/bench_vllm.py --preset qwen2.5-0.5b --dtype float32 --enforce-eager \
+    python scripts/bench/bench_vllm.py --preset qwen2.5-0.5b --dtype float32 --enforce-eager \
         --cpu-kv-cache-gib 1 --prompts 4 --n 1 --max-tokens 16
 
 Prints one JSON object: start_s, generated_tokens, generate_s, tokens_per_s, and the

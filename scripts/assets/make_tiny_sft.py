@@ -1,7 +1,7 @@
 """Reproduces the SFT checkpoints that configs/tiny_arith.py starts RL from.
 
-    python scripts/make_tiny_sft.py                       # ~26 min on a 2-core CPU
-    python scripts/make_tiny_sft.py --seed 1 --out runs/tiny_sft_s1/out   # another SFT seed
+    python scripts/assets/make_tiny_sft.py                       # ~26 min on a 2-core CPU
+    python scripts/assets/make_tiny_sft.py --seed 1 --out runs/tiny_sft_s1/out   # another SFT seed
 
 Three runs of the train command, SFT only (`schedule.total_steps=0`), from random init:
 
@@ -39,7 +39,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = str(ROOT / "configs" / "tiny_arith.py")
 DEFAULT_OUT = ROOT / "tango_jax" / "assets" / "tiny_arith_sft"
 # The verifier's second SFT phase: more fact checks, a lower learning rate, from phase 1.
@@ -154,7 +154,7 @@ def main(argv: list[str]) -> int:
         ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
     recipe = {
-        "made_by": "python scripts/make_tiny_sft.py " + " ".join(argv),
+        "made_by": "python scripts/assets/make_tiny_sft.py " + " ".join(argv),
         "commands": [shown(c) for c in commands],
         "commit": commit,
         "date": datetime.date.today().isoformat(),

@@ -1,16 +1,16 @@
 """The miniature study: Tango against rule-reward GRPO and the fixed-verifier ablation, over
 seeds, with 95% intervals (docs/miniature.md reports it).
 
-    python scripts/study.py                                  # seeds 1 2 3, runs/study/
-    python scripts/study.py --seeds 1 2 3 4 5 --jobs 2 --root runs/study5
-    python scripts/study.py --set schedule.total_steps=40    # any --config.<field> override
-    python scripts/study.py --summary-only                   # tables and plots of finished runs
+    python scripts/study/study.py                                  # seeds 1 2 3, runs/study/
+    python scripts/study/study.py --seeds 1 2 3 4 5 --jobs 2 --root runs/study5
+    python scripts/study/study.py --set schedule.total_steps=40    # any --config.<field> override
+    python scripts/study/study.py --summary-only                   # tables and plots of finished runs
 
 For each seed S it runs `python -m tango_jax.train --config configs/tiny_arith.py[:variant]
 --config.seed=S` for the variants tango, grpo and fixed_verifier (a finished run is resumed,
 i.e. skipped). All three start RL from the same SFT checkpoints, so the differences between
 them are paired: by default the shipped ones (tango_jax/assets/tiny_arith_sft/, made on seed 0
-by scripts/make_tiny_sft.py), so the intervals cover the randomness of RL only; with
+by scripts/assets/make_tiny_sft.py), so the intervals cover the randomness of RL only; with
 `--sft-from DIR` the checkpoints in DIR/generator and DIR/verifier; with `--sft-per-seed` each
 seed first makes its own (make_tiny_sft.py --seed S, ~25 min each), so the intervals cover SFT
 too.
@@ -109,7 +109,7 @@ def make_sft(root: Path, seed: int) -> str:
     if (out / "recipe.json").exists():
         return f"SFT seed {seed}: done before"
     t0 = time.perf_counter()
-    cmd = [sys.executable, str(Path(__file__).parent / "make_tiny_sft.py"), "--seed", str(seed)]
+    cmd = [sys.executable, str(Path(__file__).resolve().parents[1] / "assets" / "make_tiny_sft.py"), "--seed", str(seed)]
     cmd += ["--work", str(out.parent), "--out", str(out)]
     with open(root / f"sft_s{seed}.log", "a") as log:
         rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
@@ -377,7 +377,7 @@ def main(argv: list[str]) -> int:
     p.add_argument(
         "--sft-per-seed",
         action="store_true",
-        help="each seed first makes its own SFT (scripts/make_tiny_sft.py --seed S)",
+        help="each seed first makes its own SFT (scripts/assets/make_tiny_sft.py --seed S)",
     )
     p.add_argument("--summary-only", action="store_true")
     args = p.parse_args(argv)

@@ -1,7 +1,7 @@
 """Zero-shot SmolLM2-135M-Instruct on the synthetic arithmetic chains, under its chat template.
 
-    python scripts/smollm2_zero_shot.py                  # 32 held-out problems per setting
-    python scripts/smollm2_zero_shot.py --n 64 --max-tokens 256 --out runs/smollm2_zero_shot.json
+    python scripts/bench/smollm2_zero_shot.py                  # 32 held-out problems per setting
+    python scripts/bench/smollm2_zero_shot.py --n 64 --max-tokens 256 --out runs/smollm2_zero_shot.json
 
 For each difficulty (ArithConfig) and prompt (the Tango generator template, or the bare
 question with a one-line answer instruction), as the user turn of the chat template, greedy
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MODEL = ROOT / "models" / "SmolLM2-135M-Instruct"
 
 # Difficulty settings, easiest first. "tiny" is the tiny configs' default (3 steps, <= 20).
@@ -79,7 +79,7 @@ def main(argv=None) -> int:
     parser.add_argument("--show", type=int, default=1, help="print this many responses each")
     args = parser.parse_args(argv)
     if not (args.model / "model.safetensors").exists():
-        print(f"{args.model}: no checkpoint; run scripts/fetch_smollm2.py", file=sys.stderr)
+        print(f"{args.model}: no checkpoint; run scripts/assets/fetch_smollm2.py", file=sys.stderr)
         return 1
 
     import jax
