@@ -41,7 +41,7 @@ from tango_jax.config.run import RunConfig, load_run_config
 from tango_jax.config.roles import RoleConfig, SamplerBackend
 from tango_jax.data import benchmarks as B
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
-from tango_jax.tango.schedule import Kind
+from tango_jax.tango.kind import Kind
 from tango_jax.text.template_files import TemplateFiles, load_templates
 from tango_jax.text.templates import PromptStyle, PromptTemplates, Variant
 

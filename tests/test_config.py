@@ -16,7 +16,7 @@ from tango_jax.config.run import (
 from tango_jax.config.roles import SamplerBackend
 from tango_jax.schema import ConfigError, from_dict, to_dict
 from tango_jax.rl.advantages import AdvantageEstimator
-from tango_jax.tango.schedule import Kind
+from tango_jax.tango.kind import Kind
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tango_jax.tango.schedule import Kind, Schedule
+from tango_jax.tango.kind import Kind
+from tango_jax.tango.schedule import Schedule
 
 
 def test_official_440_steps():

@@ -14,7 +14,7 @@ from tango_jax.data import synthetic_labels
 from tango_jax.data.synthetic import ArithConfig, VerifierAnalysis, VerifierLabels
 from tango_jax.data.tokenizer import tiny_tokenizer
 from tango_jax.parallel.mesh import make_mesh
-from tango_jax.tango.schedule import Kind
+from tango_jax.tango.kind import Kind
 from tango_jax.run.sft import SFTPair, check_response_lengths, encode_examples, rl_start_path
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"

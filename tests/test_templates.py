@@ -30,7 +30,7 @@ from tango_jax.eval import benchmarks as benchmark_eval
 from tango_jax.run import evaluation, sft, steps
 from tango_jax.text import templates as T
 from tango_jax.run.roles import Role
-from tango_jax.tango.schedule import Kind
+from tango_jax.tango.kind import Kind
 from tango_jax.text.scoring_pool import OutcomeScorer
 from tango_jax.run.steps import Purpose
 from tango_jax.text.template_files import TemplateFiles, load_templates

@@ -69,7 +69,7 @@ from tango_jax.models import presets, read_config  # noqa: E402
 from tango_jax.models.config import ModelConfig, dtype_from_name  # noqa: E402
 from tango_jax.parallel.mesh import make_mesh  # noqa: E402
 from tango_jax.rl.train_step import Objective  # noqa: E402
-from tango_jax.tango.schedule import Kind  # noqa: E402
+from tango_jax.tango.kind import Kind  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "configs/NAME.py[:VARIANT]")
 flags.mark_flags_as_required(["config"])

@@ -42,7 +42,8 @@ from tango_jax.rl.advantages import AdvantageEstimator
 from tango_jax.tango.class_balance import ReweightMethod
 from tango_jax.checkpoint.divergence import DivergenceConfig
 from tango_jax.tango.process_advantages import AlphaSchedule
-from tango_jax.tango.schedule import Kind, Schedule
+from tango_jax.tango.kind import Kind
+from tango_jax.tango.schedule import Schedule
 from tango_jax.metrics.wandb import WandbConfig
 
 

@@ -18,7 +18,7 @@ from tango_jax.rl.train_step import (
     OptimizerConfig,
     TrainerConfig,
 )
-from tango_jax.tango.schedule import Kind
+from tango_jax.tango.kind import Kind
 
 # TANGO_SPEC §5: lr 5e-6, cosine with 10% warm-up, AdamW (0.9, 0.95), no KL or entropy term;
 # micro-batch 2 per GPU x 8 GPUs.

@@ -46,7 +46,7 @@ from tango_jax.run.evaluation import evaluate
 from tango_jax.run.overlap import Prefetch
 from tango_jax.text.process_bench import ProcessItem
 from tango_jax.run.roles import Role, build_role
-from tango_jax.tango.schedule import Kind
+from tango_jax.tango.kind import Kind
 from tango_jax.text.scoring_pool import OutcomeScorer
 from tango_jax.run.sft import initial_path, rl_start_path
 from tango_jax.run.steps import StepContext, collect, generator_step, verifier_step

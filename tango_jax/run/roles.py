@@ -18,7 +18,7 @@ from tango_jax.models.config import dtype_from_name
 from tango_jax.rl.trainer import Trainer
 from tango_jax.rollout.base import Completion, Prompt, Sampler, SamplingParams
 from tango_jax.rollout.jax_sampler import JaxSampler
-from tango_jax.tango.schedule import Kind
+from tango_jax.tango.kind import Kind
 from tango_jax.text.templates import chat_prompt
 
 if TYPE_CHECKING:

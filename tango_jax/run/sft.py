@@ -36,7 +36,7 @@ from tango_jax.rl.batch import make_batch
 from tango_jax.rl.train_step import Objective
 from tango_jax.rl.trainer import Trainer
 from tango_jax.text import templates
-from tango_jax.tango.schedule import Kind
+from tango_jax.tango.kind import Kind
 from tango_jax.metrics.wandb import wandb_sink
 
 if TYPE_CHECKING:

@@ -39,7 +39,8 @@ from tango_jax.tango.class_balance import ClassBalanceState, class_weights, upda
 from tango_jax.tango.process_advantages import AlphaScheduleKind, blended_advantages
 from tango_jax.tango.rewards import OutcomeScorer
 from tango_jax.run.roles import Role
-from tango_jax.tango.schedule import Kind, Phase
+from tango_jax.tango.kind import Kind
+from tango_jax.tango.schedule import Phase
 
 if TYPE_CHECKING:
     from tango_jax.run.overlap import Prefetch

@@ -15,15 +15,8 @@ the official `_calculate_training_steps`.
 from __future__ import annotations
 
 import dataclasses
-import enum
 
-
-class Kind(enum.Enum):
-    """A role, generator or verifier, and so what a global step trains; the value is the
-    role's name in configs, metrics and run directories."""
-
-    GENERATOR = "generator"
-    VERIFIER = "verifier"
+from tango_jax.tango.kind import Kind
 
 
 @dataclasses.dataclass(frozen=True)
