@@ -37,8 +37,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tango_jax.config.run import RunConfig, load_run_config
 from tango_jax.config.roles import RoleConfig, SamplerBackend
+from tango_jax.config.run import RunConfig, load_run_config
 from tango_jax.data import benchmarks as B
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
 from tango_jax.tango.kind import Kind

@@ -29,9 +29,9 @@ from tango_jax.data import datasets
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
 from tango_jax.rollout.base import SamplingParams
 from tango_jax.run.roles import build_role
+from tango_jax.run.sft_data import generate_sft_records
 from tango_jax.tango.kind import Kind
 from tango_jax.text.scoring_pool import OutcomeScorer
-from tango_jax.run.sft_data import generate_sft_records
 from tango_jax.text.templates import PromptStyle
 
 

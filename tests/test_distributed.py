@@ -28,9 +28,9 @@ import numpy as np
 import pytest
 
 from tango_jax.config.run import load_run_config, sibling_config
-from tango_jax.schema import to_dict
 from tango_jax.metrics.writer import read_metrics
 from tango_jax.parallel.distributed import DistributedConfig, fetch, put
+from tango_jax.schema import to_dict
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
 TIMEOUT_S = 900  # generous: the test machine is a shared 2-core CPU

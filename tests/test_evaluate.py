@@ -14,17 +14,17 @@ import jax
 import pytest
 from benchmark_fixtures import PROCESS_BENCH, TABLEBENCH, write_all
 
-from tango_jax.eval import analysis
 from tango_jax import evaluate
 from tango_jax.checkpoint.run import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer
 from tango_jax.config.run import load_run_config, sibling_config
-from tango_jax.schema import to_dict
+from tango_jax.eval import analysis
+from tango_jax.eval import report as R
+from tango_jax.eval.benchmarks import ResultLog
 from tango_jax.models import from_pretrained
 from tango_jax.models.tiny import write_tiny_checkpoint
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
 from tango_jax.rl.trainer import Trainer
-from tango_jax.eval import report as R
-from tango_jax.eval.benchmarks import ResultLog
+from tango_jax.schema import to_dict
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 STEP = 3

@@ -8,8 +8,8 @@ import pytest
 from tango_jax.data.datasets import Problem
 from tango_jax.data.tokenizer import tiny_tokenizer
 from tango_jax.rollout.base import Completion, FinishReason
-from tango_jax.text import formats
 from tango_jax.run.feedback import Judgment, Solution, step_reward_arrays, verdict_metrics
+from tango_jax.text import formats
 
 TEXT = (
     "<think><step>7 + 5 = 12</step><step>12 * 3 = 36</step><step>36 - 4 = 32</step>"

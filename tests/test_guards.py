@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tango_jax.checkpoint.divergence import GuardAction
 from tango_jax.config import preflight
 from tango_jax.config.run import load_run_config, sibling_config
-from tango_jax.schema import ConfigError
 from tango_jax.models.tiny import write_tiny_checkpoint
 from tango_jax.parallel.mesh import make_mesh
-from tango_jax.checkpoint.divergence import GuardAction
+from tango_jax.schema import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = REPO / "configs"

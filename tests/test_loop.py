@@ -19,14 +19,14 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from tango_jax.checkpoint.run import RunCheckpointer
+from tango_jax.checkpoint.divergence import DivergenceError
 from tango_jax.checkpoint.guards import NonFiniteError
+from tango_jax.checkpoint.run import RunCheckpointer
 from tango_jax.config.run import DataSource, load_run_config, sibling_config
-from tango_jax.schema import ConfigError
 from tango_jax.metrics.writer import read_metrics
 from tango_jax.parallel.mesh import make_mesh
-from tango_jax.checkpoint.divergence import DivergenceError
 from tango_jax.run.loop import TangoLoop
+from tango_jax.schema import ConfigError
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 

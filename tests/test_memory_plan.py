@@ -1,5 +1,5 @@
-"""The ahead-of-time memory plan (tango_jax/rl/memory_plan.py, scripts/bench/check_memory.py) against
-the real Trainer's compiled step, on 8 simulated CPU devices."""
+"""The ahead-of-time memory plan (tango_jax/rl/memory_plan.py, scripts/bench/check_memory.py)
+against the real Trainer's compiled step, on 8 simulated CPU devices."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tango_jax.rl.memory_plan import StepMemory, linear_fit, shard_bytes, step_memory
 from tango_jax.models import Transformer, presets
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
 from tango_jax.parallel.partition import init_sharded
 from tango_jax.rl.batch import make_batch
+from tango_jax.rl.memory_plan import StepMemory, linear_fit, shard_bytes, step_memory
 from tango_jax.rl.train_step import TrainerConfig
 from tango_jax.rl.trainer import Trainer
 

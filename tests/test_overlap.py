@@ -14,13 +14,13 @@ import pytest
 from test_loop import _comparable, _weights
 
 from tango_jax.config.run import load_run_config, sibling_config
-from tango_jax.schema import ConfigError
 from tango_jax.metrics.writer import read_metrics
 from tango_jax.parallel.mesh import make_mesh
 from tango_jax.rl.train_step import Objective
 from tango_jax.rl.trainer import Trainer
 from tango_jax.run.loop import TangoLoop
 from tango_jax.run.overlap import Prefetch
+from tango_jax.schema import ConfigError
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 TIS_CAP = 1.02  # small enough that some lag-1 tokens are truncated

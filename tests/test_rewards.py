@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tango_jax.text import formats as F
 from tango_jax.tango import rewards as R
+from tango_jax.text import formats as F
 
 PATHOLOGICAL_MATH = "<answer>\\boxed{2^{2^{40}}}</answer>"  # sympy works on it for minutes
 

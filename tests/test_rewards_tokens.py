@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from tango_jax.text import formats as F
 from tango_jax.tango import rewards as R
+from tango_jax.text import formats as F
 
 
 def _train(pre_tokenizer, decoder, alphabet):

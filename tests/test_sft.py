@@ -14,8 +14,8 @@ from tango_jax.data import synthetic_labels
 from tango_jax.data.synthetic import ArithConfig, VerifierAnalysis, VerifierLabels
 from tango_jax.data.tokenizer import tiny_tokenizer
 from tango_jax.parallel.mesh import make_mesh
+from tango_jax.run.sft import SFTPair, check_response_lengths, encode_examples, prepare_rl_start
 from tango_jax.tango.kind import Kind
-from tango_jax.run.sft import SFTPair, check_response_lengths, encode_examples, rl_start_path
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
@@ -44,11 +44,13 @@ def test_verifier_starts_from_the_generators_sft(tmp_path):
     cfg = _config(tmp_path, verifier_sft=False)
     mesh = make_mesh(cfg.mesh)
     assert cfg.sft.verifier.start_from_generator  # the tiny config's choice
-    assert rl_start_path(cfg, Kind.VERIFIER, tmp_path, mesh=mesh) == tmp_path / "sft" / "generator"
+    assert (
+        prepare_rl_start(cfg, Kind.VERIFIER, tmp_path, mesh=mesh) == tmp_path / "sft" / "generator"
+    )
     assert not (tmp_path / "initial" / "verifier").exists()  # its own preset is never written
 
     cfg = _config(tmp_path, verifier_sft=True)
-    out = rl_start_path(cfg, Kind.VERIFIER, tmp_path, mesh=mesh)
+    out = prepare_rl_start(cfg, Kind.VERIFIER, tmp_path, mesh=mesh)
     assert out == tmp_path / "sft" / "verifier"
     generator, verifier = _weights(tmp_path / "sft" / "generator"), _weights(out)
     assert generator.keys() == verifier.keys()

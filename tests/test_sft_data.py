@@ -13,10 +13,10 @@ from safetensors.numpy import load_file, save_file
 
 from tango_jax.data.tokenizer import load_tokenizer
 from tango_jax.models.tiny import write_tiny_checkpoint
+from tango_jax.run.sft import SFTPair, sft_records
+from tango_jax.tango.kind import Kind
 from tango_jax.text import templates
 from tango_jax.text.answer_check import outcome_reward
-from tango_jax.tango.kind import Kind
-from tango_jax.run.sft import SFTPair, sft_records
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "generate_sft_data.py"
 NUM = 8

@@ -165,8 +165,8 @@ def test_ranking_probes_each_runs_start_and_final_verifier(tmp_path):
     stream. A GRPO run (no verifier) is left out."""
     import shutil
 
-    from tango_jax.data import synthetic_labels
     from tango_jax.config.preflight import write_config
+    from tango_jax.data import synthetic_labels
     from tango_jax.eval.step_probe import probe
 
     study = _script("study")

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from tango_jax.data import synthetic as S
 from tango_jax.data import synthetic_labels as L
 from tango_jax.data.datasets import StreamPosition
-from tango_jax.text import formats as F
 from tango_jax.tango import rewards as R
+from tango_jax.text import formats as F
 from tango_jax.text import templates as T
 
 CONFIG = S.ArithConfig()

@@ -18,21 +18,21 @@ import jinja2
 import pytest
 
 from tango_jax.config import preflight
-from tango_jax.config.run import base_config, load_run_config
 from tango_jax.config.roles import RoleConfig
-from tango_jax.schema import ConfigError
+from tango_jax.config.run import base_config, load_run_config
 from tango_jax.data import benchmarks as B
 from tango_jax.data.datasets import Problem
 from tango_jax.data.tokenizer import tiny_tokenizer
+from tango_jax.eval import benchmarks as benchmark_eval
 from tango_jax.metrics.writer import PhaseTimer
 from tango_jax.rollout.base import Completion, FinishReason
-from tango_jax.eval import benchmarks as benchmark_eval
 from tango_jax.run import evaluation, sft, steps
-from tango_jax.text import templates as T
 from tango_jax.run.roles import Role
-from tango_jax.tango.kind import Kind
-from tango_jax.text.scoring_pool import OutcomeScorer
 from tango_jax.run.steps import Purpose
+from tango_jax.schema import ConfigError
+from tango_jax.tango.kind import Kind
+from tango_jax.text import templates as T
+from tango_jax.text.scoring_pool import OutcomeScorer
 from tango_jax.text.template_files import TemplateFiles, load_templates
 
 # The official templates' shapes: a jinja2 generator template and a str.format verifier

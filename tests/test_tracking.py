@@ -15,16 +15,20 @@ from pathlib import Path
 import pytest
 
 from tango_jax.config import preflight
-from tango_jax.metrics import wandb as tracking
 from tango_jax.config.run import base_config, load_run_config
-from tango_jax.schema import ConfigError
+from tango_jax.metrics import wandb as tracking
 from tango_jax.metrics.writer import MetricsWriter, read_metrics
+from tango_jax.schema import ConfigError, to_dict
 
 ROWS = [
     (1, {"generator/reward/mean": 0.25, "perf/step_s": 1.5}, "warmup"),
     (2, {"generator/reward/mean": 0.5, "perf/step_s": float("nan")}, "generator"),
     (3, {"generator/reward/mean": 0.75, "verifier/f1": 0.125}, "verifier"),
 ]
+
+
+def _sink(cfg, run_dir):
+    return tracking.wandb_sink(cfg.wandb, run_dir, run_name=cfg.name, config=to_dict(cfg))
 
 
 def _config(run_dir: Path, **wandb):
@@ -38,8 +42,8 @@ def _config(run_dir: Path, **wandb):
 
 def test_off_by_default_and_a_clear_error_without_the_package(tmp_path, monkeypatch):
     cfg = _config(tmp_path)
-    assert not cfg.wandb.enable and tracking.wandb_sink(cfg, tmp_path) is None
-    with MetricsWriter(tmp_path, tensorboard=False, wandb=tracking.wandb_sink(cfg, tmp_path)) as w:
+    assert not cfg.wandb.enable and _sink(cfg, tmp_path) is None
+    with MetricsWriter(tmp_path, tensorboard=False, wandb=_sink(cfg, tmp_path)) as w:
         w.write(1, ROWS[0][1])
     assert not (tmp_path / "wandb").exists() and not (tmp_path / tracking.RUN_ID_FILE).exists()
     on = _config(tmp_path, enable=True, mode="offline")
@@ -98,7 +102,7 @@ def test_offline_run_receives_every_step(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_SILENT", "true")
     cfg = _config(tmp_path, enable=True, mode="offline", project="tango-test", tags=("ci",))
-    sink = tracking.wandb_sink(cfg, tmp_path)
+    sink = _sink(cfg, tmp_path)
     with MetricsWriter(tmp_path, tensorboard=False, wandb=sink) as writer:
         for step, values, phase in ROWS:
             writer.write(step, values, phase=phase)
@@ -131,10 +135,10 @@ def test_a_resumed_run_continues_the_same_wandb_run(tmp_path, monkeypatch):
     wandb = pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_SILENT", "true")
     cfg = _config(tmp_path, enable=True, mode="offline")
-    with MetricsWriter(tmp_path, tensorboard=False, wandb=tracking.wandb_sink(cfg, tmp_path)) as w:
+    with MetricsWriter(tmp_path, tensorboard=False, wandb=_sink(cfg, tmp_path)) as w:
         w.write(1, ROWS[0][1])
     first = (tmp_path / tracking.RUN_ID_FILE).read_text()
-    sink = tracking.wandb_sink(cfg, tmp_path)
+    sink = _sink(cfg, tmp_path)
     with MetricsWriter(tmp_path, tensorboard=False, resume_step=1, wandb=sink) as w:
         w.write(2, ROWS[1][1])
     assert sink.run_id == first.strip()

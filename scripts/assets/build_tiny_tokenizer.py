@@ -1,7 +1,7 @@
 """Builds the tiny tokenizer shipped in tango_jax/assets/tiny_tokenizer from the tiny task's text.
 
-    .venv/bin/python scripts/assets/build_tiny_tokenizer.py            # rewrite the shipped tokenizer
-    .venv/bin/python scripts/assets/build_tiny_tokenizer.py --out DIR  # somewhere else (to compare)
+    .venv/bin/python scripts/assets/build_tiny_tokenizer.py     # rewrite the shipped tokenizer
+    .venv/bin/python scripts/assets/build_tiny_tokenizer.py --out DIR   # somewhere else (to compare)
 
 The corpus is what the tiny models read and write, in proportion: for `--examples` synthetic
 problems (tango_jax.data.synthetic, default difficulty), the generator prompt (training and

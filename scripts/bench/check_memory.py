@@ -64,10 +64,10 @@ from absl import app, flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from tango_jax.config.run import RunConfig, load_run_config, trained_roles  # noqa: E402
-from tango_jax.rl.memory_plan import GB, StepMemory, linear_fit, step_memory  # noqa: E402
 from tango_jax.models import presets, read_config  # noqa: E402
 from tango_jax.models.config import ModelConfig, dtype_from_name  # noqa: E402
 from tango_jax.parallel.mesh import make_mesh  # noqa: E402
+from tango_jax.rl.memory_plan import GB, StepMemory, linear_fit, step_memory  # noqa: E402
 from tango_jax.rl.train_step import Objective  # noqa: E402
 from tango_jax.tango.kind import Kind  # noqa: E402
 

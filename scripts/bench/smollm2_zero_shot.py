@@ -1,7 +1,8 @@
 """Zero-shot SmolLM2-135M-Instruct on the synthetic arithmetic chains, under its chat template.
 
     python scripts/bench/smollm2_zero_shot.py                  # 32 held-out problems per setting
-    python scripts/bench/smollm2_zero_shot.py --n 64 --max-tokens 256 --out runs/smollm2_zero_shot.json
+    python scripts/bench/smollm2_zero_shot.py --n 64 --max-tokens 256 \
+        --out runs/smollm2_zero_shot.json
 
 For each difficulty (ArithConfig) and prompt (the Tango generator template, or the bare
 question with a one-line answer instruction), as the user turn of the chat template, greedy

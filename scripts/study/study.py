@@ -1,10 +1,10 @@
 """The miniature study: Tango against rule-reward GRPO and the fixed-verifier ablation, over
 seeds, with 95% intervals (docs/miniature.md reports it).
 
-    python scripts/study/study.py                                  # seeds 1 2 3, runs/study/
+    python scripts/study/study.py                                # seeds 1 2 3, runs/study/
     python scripts/study/study.py --seeds 1 2 3 4 5 --jobs 2 --root runs/study5
-    python scripts/study/study.py --set schedule.total_steps=40    # any --config.<field> override
-    python scripts/study/study.py --summary-only                   # tables and plots of finished runs
+    python scripts/study/study.py --set schedule.total_steps=40  # any --config.<field> override
+    python scripts/study/study.py --summary-only                 # tables and plots of finished runs
 
 For each seed S it runs `python -m tango_jax.train --config configs/tiny_arith.py[:variant]
 --config.seed=S` for the variants tango, grpo and fixed_verifier (a finished run is resumed,
@@ -109,7 +109,12 @@ def make_sft(root: Path, seed: int) -> str:
     if (out / "recipe.json").exists():
         return f"SFT seed {seed}: done before"
     t0 = time.perf_counter()
-    cmd = [sys.executable, str(Path(__file__).resolve().parents[1] / "assets" / "make_tiny_sft.py"), "--seed", str(seed)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve().parents[1] / "assets" / "make_tiny_sft.py"),
+        "--seed",
+        str(seed),
+    ]
     cmd += ["--work", str(out.parent), "--out", str(out)]
     with open(root / f"sft_s{seed}.log", "a") as log:
         rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode

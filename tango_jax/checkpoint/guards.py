@@ -16,11 +16,10 @@ With several processes a step that fails on any of them fails on all (`on_every_
 from __future__ import annotations
 
 import logging
-import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -28,9 +27,6 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from tango_jax.parallel.distributed import fetch
-
-if TYPE_CHECKING:
-    from tango_jax.checkpoint.run import RunCheckpointer
 
 log = logging.getLogger(__name__)
 
@@ -135,41 +131,3 @@ def all_finite(leaves: list[Any]) -> list[bool]:
 def _one_line(error: Exception) -> str:
     lines = str(error).strip().splitlines()
     return f"{type(error).__name__}: {lines[0][:200] if lines else ''}"
-
-
-# --- stopping on non-finite steps --------------------------------------------------------------
-
-
-def last_good(checkpointer: RunCheckpointer) -> str:
-    """Where the run can resume from, for a stop message: the latest saved step (saved only
-    after its own step's metrics passed every check, so it is a good one)."""
-    checkpointer.wait_until_finished()
-    last = checkpointer.latest_step()
-    if last is None:
-        return f"no checkpoint has been saved yet in {checkpointer.directory}"
-    return f"the last good checkpoint is step {last} in {checkpointer.directory} and is untouched"
-
-
-def check_finite(
-    metrics: Mapping[str, float], *, role: str, step: int, checkpointer: RunCheckpointer
-) -> None:
-    """Raises NonFiniteError if any of a step's metrics is non-finite (loss, gradient norm,
-    log-probs and their drift, rewards, advantages, norms) or the trainer rejected the update.
-
-    Call it before the step is checkpointed: nothing is saved here, so the last checkpoint
-    stays the last good one, and the message says which step that is so the user can resume
-    from it. A rejected update leaves the params as they were before the step.
-    """
-    bad = sorted(k for k, v in metrics.items() if not math.isfinite(v))
-    rejected = any(k.rsplit("/", 1)[-1] == "nonfinite" and v for k, v in metrics.items())
-    if not bad and not rejected:
-        return
-    shown = ", ".join(f"{k}={metrics[k]}" for k in bad[:6]) + (
-        f" and {len(bad) - 6} more" if len(bad) > 6 else ""
-    )
-    what = "the update was rejected and the run stops" if rejected else "the run stops"
-    raise NonFiniteError(
-        f"{role} step {step}: non-finite {shown or 'update'}. {what[0].upper()}{what[1:]}; "
-        f"{last_good(checkpointer)}. Lower the learning rate or inspect the batch, then resume "
-        "from that checkpoint."
-    )

@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from tango_jax.config.run import RunConfig, enabled_roles
-from tango_jax.schema import ConfigError, config_dict, to_dict
 from tango_jax.data.prompts import DataSource
+from tango_jax.metrics.wandb import check_installed
+from tango_jax.schema import ConfigError, config_dict, to_dict
 from tango_jax.tango.kind import Kind
 from tango_jax.text.template_files import load_templates
-from tango_jax.metrics.wandb import check_installed
 
 log = logging.getLogger(__name__)
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from tango_jax.schema import Rule, above, at_least, check_fields, one_of, within
 from tango_jax.models.config import ATTENTION_KERNELS
 from tango_jax.models.presets import PRESETS
 from tango_jax.rl.train_step import TrainerConfig
 from tango_jax.rollout.vllm.config import VLLMConfig
+from tango_jax.schema import Rule, above, at_least, check_fields, one_of, within
 
 
 class SamplerBackend(enum.Enum):

@@ -24,27 +24,32 @@ from typing import Any
 
 from ml_collections import config_dict as mlc
 
-from tango_jax.schema import Rule, above, at_least, check_fields, finite, within
+from tango_jax.checkpoint.divergence import DivergenceConfig
 from tango_jax.config.roles import RoleConfig, RolloutSettings, SamplerBackend
 from tango_jax.config.stages import CheckpointConfig, EvalConfig, SFTConfig
-from tango_jax.schema import (
-    ConfigError,
-    apply_derived,
-    check_path,
-    config_dict,
-    derived,
-    from_dict,
-)
 from tango_jax.data.prompts import DataConfig, DataSource
+from tango_jax.metrics.wandb import WandbConfig
 from tango_jax.parallel.distributed import DistributedConfig
 from tango_jax.parallel.mesh import MeshConfig
 from tango_jax.rl.advantages import AdvantageEstimator
+from tango_jax.schema import (
+    ConfigError,
+    Rule,
+    above,
+    apply_derived,
+    at_least,
+    check_fields,
+    check_path,
+    config_dict,
+    derived,
+    finite,
+    from_dict,
+    within,
+)
 from tango_jax.tango.class_balance import ReweightMethod
-from tango_jax.checkpoint.divergence import DivergenceConfig
-from tango_jax.tango.process_advantages import AlphaSchedule
 from tango_jax.tango.kind import Kind
+from tango_jax.tango.process_advantages import AlphaSchedule
 from tango_jax.tango.schedule import Schedule
-from tango_jax.metrics.wandb import WandbConfig
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from tango_jax.schema import at_least, check_fields
-from tango_jax.schema import apply_derived, derived
 from tango_jax.rl.train_step import (
     LossConfig,
     LRSchedule,
@@ -18,6 +16,7 @@ from tango_jax.rl.train_step import (
     OptimizerConfig,
     TrainerConfig,
 )
+from tango_jax.schema import apply_derived, at_least, check_fields, derived
 from tango_jax.tango.kind import Kind
 
 # TANGO_SPEC §5: lr 5e-6, cosine with 10% warm-up, AdamW (0.9, 0.95), no KL or entropy term;

@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from tango_jax.metrics.writer import metric_columns, read_metrics
 from tango_jax.eval import report as R
+from tango_jax.metrics.writer import metric_columns, read_metrics
 
 Run = dict[str, np.ndarray]
 

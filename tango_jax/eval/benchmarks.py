@@ -29,10 +29,10 @@ from tango_jax.data.benchmarks import ProcessRow
 from tango_jax.data.datasets import Problem
 from tango_jax.metrics.writer import Progress
 from tango_jax.run import feedback
-from tango_jax.text import formats, templates
-from tango_jax.text.answer_check import RewardKind
 from tango_jax.run.evaluation import generator_prompts, verify_process_items
 from tango_jax.run.roles import Role
+from tango_jax.text import formats, templates
+from tango_jax.text.answer_check import RewardKind
 from tango_jax.text.scoring_pool import OutcomeScorer
 
 log = logging.getLogger(__name__)

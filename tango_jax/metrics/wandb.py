@@ -1,6 +1,7 @@
 """Optional Weights & Biases logging beside metrics.jsonl and TensorBoard (config `wandb`).
 
-    sink = wandb_sink(cfg, run_dir)           # None unless cfg.wandb.enable (and process 0)
+    sink = wandb_sink(cfg.wandb, run_dir, run_name=cfg.name, config=to_dict(cfg))
+                                              # None unless wandb.enable (and process 0)
     MetricsWriter(run_dir, wandb=sink)        # every written step is also logged to W&B
 
 Off by default. `wandb.enable=True` logs each step's metrics (same names, same step) to the W&B
@@ -22,13 +23,9 @@ import math
 import secrets
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from tango_jax.schema import Rule, check_fields
-from tango_jax.schema import ConfigError, to_dict
-
-if TYPE_CHECKING:
-    from tango_jax.config.run import RunConfig
+from tango_jax.schema import ConfigError, Rule, check_fields
 
 RUN_ID_FILE = "wandb_run_id"
 
@@ -97,12 +94,19 @@ class WandbSink:
         self._run.finish()
 
 
-def wandb_sink(cfg: RunConfig, run_dir: str | Path, *, job_type: str = "rl") -> WandbSink | None:
-    """The W&B run for the metrics of `run_dir` (None when `cfg.wandb.enable` is off, or on
-    processes other than 0): run `wandb.name` (default `cfg.name`; SFT stages, job_type
-    `sft_<role>`, get `<name>-<job_type>`), in group `wandb.group` (default `cfg.name`, so a
-    run and its SFT stages are grouped), with the whole config."""
-    w = cfg.wandb
+def wandb_sink(
+    w: WandbConfig,
+    run_dir: str | Path,
+    *,
+    run_name: str,
+    config: Mapping[str, Any],
+    job_type: str = "rl",
+) -> WandbSink | None:
+    """The W&B run for the metrics of `run_dir` (None when `w.enable` is off, or on processes
+    other than 0): run `w.name` (default `run_name`, the config's `name`; SFT stages, job_type
+    `sft_<role>`, get `<name>-<job_type>`), in group `w.group` (default `run_name`, so a run and
+    its SFT stages are grouped), with `config` (the whole run config, as plain values) as the
+    W&B run config. It takes only what it uses, so it knows nothing of the run config's type."""
     if not w.enable:
         return None
     import jax
@@ -113,15 +117,15 @@ def wandb_sink(cfg: RunConfig, run_dir: str | Path, *, job_type: str = "rl") -> 
     import wandb
 
     run_dir = Path(run_dir)
-    name = w.name or cfg.name
+    name = w.name or run_name
     run = wandb.init(
         project=w.project,
         entity=w.entity or None,
         name=name if job_type == "rl" else f"{name}-{job_type}",
-        group=w.group or cfg.name,
+        group=w.group or run_name,
         tags=list(w.tags) or None,
         job_type=job_type,
-        config=to_dict(cfg),
+        config=dict(config),
         dir=str(run_dir),
         id=_run_id(run_dir),
         resume="allow",

@@ -31,10 +31,10 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from tango_jax.schema import above, at_least, check_fields, finite, within
 from tango_jax.models.transformer import Transformer
 from tango_jax.parallel.mesh import constrain
 from tango_jax.rl import losses
+from tango_jax.schema import above, at_least, check_fields, finite, within
 
 
 class Objective(enum.Enum):

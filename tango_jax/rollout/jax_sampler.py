@@ -32,8 +32,8 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tango_jax.parallel.buckets import round_up
 from tango_jax.models.transformer import KVCache, Transformer
+from tango_jax.parallel.buckets import round_up
 from tango_jax.parallel.distributed import fetch, put
 from tango_jax.rollout.base import Completion, FinishReason, Prompt, SamplingParams
 

@@ -12,14 +12,14 @@ from tango_jax.data.datasets import Problem
 from tango_jax.metrics.writer import PhaseTimer
 from tango_jax.rollout.base import Completion, Prompt
 from tango_jax.run import feedback
+from tango_jax.run.roles import Role
+from tango_jax.tango.rewards import OutcomeScorer
 from tango_jax.text import formats, templates
 from tango_jax.text.process_bench import (
     ProcessItem,
     predicted_error_step,
     process_scores,
 )
-from tango_jax.tango.rewards import OutcomeScorer
-from tango_jax.run.roles import Role
 
 
 def evaluate(

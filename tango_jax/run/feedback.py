@@ -15,10 +15,10 @@ import numpy as np
 from tango_jax.data import synthetic, synthetic_labels
 from tango_jax.data.datasets import Problem
 from tango_jax.rollout.base import Completion, Prompt
-from tango_jax.text import formats, templates
-from tango_jax.tango import rewards
-from tango_jax.text.process_bench import predicted_error_step, process_scores
 from tango_jax.run.roles import Role
+from tango_jax.tango import rewards
+from tango_jax.text import formats, templates
+from tango_jax.text.process_bench import predicted_error_step, process_scores
 
 
 @dataclasses.dataclass(frozen=True)

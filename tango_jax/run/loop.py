@@ -21,7 +21,6 @@ same holds.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,28 +28,34 @@ from typing import TYPE_CHECKING
 import jax
 from jax.experimental import multihost_utils
 
+from tango_jax.checkpoint.divergence import DivergenceError, GuardAction, divergence_signs
+from tango_jax.checkpoint.run import (
+    CHECKPOINT_SUBDIR,
+    ModelInfo,
+    RunCheckpointer,
+    check_finite,
+    last_good,
+)
 from tango_jax.config import preflight
-from tango_jax.checkpoint.run import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer
-from tango_jax.checkpoint.guards import check_finite, last_good
-from tango_jax.config.run import RunConfig, enabled_roles, trained_roles
 from tango_jax.config.roles import SamplerBackend
+from tango_jax.config.run import RunConfig, enabled_roles, trained_roles
 from tango_jax.data import synthetic_labels
 from tango_jax.data.datasets import StreamPosition
 from tango_jax.data.prompts import DataSource, load_prompts
 from tango_jax.data.tokenizer import load_tokenizer
+from tango_jax.metrics.wandb import wandb_sink
 from tango_jax.metrics.writer import MetricsWriter, NoMetrics, PhaseTimer, Progress
 from tango_jax.models import save_pretrained
-from tango_jax.tango.class_balance import ClassBalanceState
-from tango_jax.checkpoint.divergence import DivergenceError, GuardAction, divergence_signs
 from tango_jax.run.evaluation import evaluate
+from tango_jax.run.host_state import HostState
 from tango_jax.run.overlap import Prefetch
-from tango_jax.text.process_bench import ProcessItem
 from tango_jax.run.roles import Role, build_role
-from tango_jax.tango.kind import Kind
-from tango_jax.text.scoring_pool import OutcomeScorer
-from tango_jax.run.sft import initial_path, rl_start_path
+from tango_jax.run.sft import prepare_initial, prepare_rl_start
 from tango_jax.run.steps import StepContext, collect, generator_step, verifier_step
-from tango_jax.metrics.wandb import wandb_sink
+from tango_jax.schema import to_dict
+from tango_jax.tango.kind import Kind
+from tango_jax.text.process_bench import ProcessItem
+from tango_jax.text.scoring_pool import OutcomeScorer
 
 if TYPE_CHECKING:
     from jax.sharding import Mesh
@@ -83,7 +88,9 @@ class TangoLoop:
             self.cfg.data,
             max_prompt_len=self.cfg.generator.max_prompt_len,
             position=position,
-            tokenizer=lambda: load_tokenizer(initial_path(self.cfg, Kind.GENERATOR, self.run_dir)),
+            tokenizer=lambda: load_tokenizer(
+                prepare_initial(self.cfg, Kind.GENERATOR, self.run_dir)
+            ),
             chat_template=self.cfg.generator.chat_template,
         )
 
@@ -91,7 +98,7 @@ class TangoLoop:
         """Every enabled role from its RL starting checkpoint: all SFT stages first (each
         writes a checkpoint), then the models, trainers and samplers."""
         cfg, mesh = self.cfg, self.mesh
-        paths = {k: rl_start_path(cfg, k, self.run_dir, mesh=mesh) for k in enabled_roles(cfg)}
+        paths = {k: prepare_rl_start(cfg, k, self.run_dir, mesh=mesh) for k in enabled_roles(cfg)}
         trained = trained_roles(cfg)
         return {
             k: build_role(k, cfg.role(k), path, mesh, with_trainer=k in trained)
@@ -113,10 +120,10 @@ class TangoLoop:
         if cfg.resume and ckpt_dir.exists():
             reader = RunCheckpointer(ckpt_dir, keep=cfg.checkpoint.keep)
             if reader.latest_step() is not None:
-                host = reader.host()["host_state"]
+                host = HostState.from_dict(reader.host()["host_state"])
             reader.close()
         # Data first: a missing or unusable file fails before SFT or any model loads.
-        stream, eval_problems = self._data(None if host is None else StreamPosition(**host["data"]))
+        stream, eval_problems = self._data(None if host is None else host.data)
         built = self._build_roles()
         gen, ver = built[Kind.GENERATOR], built.get(Kind.VERIFIER)
         trained = {kind: built[kind] for kind in trained_roles(cfg)}
@@ -129,19 +136,15 @@ class TangoLoop:
         )
         scorer = OutcomeScorer(num_workers=cfg.scorer_workers, timeout_s=cfg.scorer_timeout_s)
         ctx = StepContext(cfg, gen, ver, scorer)
-        state = {
-            "step": 0,
-            "updates": {kind.value: 0 for kind in Kind},
-            "class_balance": ClassBalanceState().to_dict(),
-        }
+        state = HostState()
         metrics = None
         try:
             if host is not None:
                 state = self._restore(ckpt, trained)
-                if state["step"] != host["step"]:  # the latest was unreadable: an older one
-                    stream, _ = self._data(StreamPosition(**state["data"]))
-                log.info("resumed from step %d", state["step"])
-            metrics = self._metrics_writer(None if host is None else state["step"])
+                if state.step != host.step:  # the latest was unreadable: an older one
+                    stream, _ = self._data(state.data)
+                log.info("resumed from step %d", state.step)
+            metrics = self._metrics_writer(None if host is None else state.step)
             if host is None and cfg.eval.before_train:
                 metrics.write(0, self._evaluate(ctx, eval_problems), phase="eval")
             final = self._train(ctx, trained, stream, eval_problems, ckpt, metrics, state)
@@ -190,26 +193,29 @@ class TangoLoop:
             self.run_dir,
             tensorboard=self.cfg.tensorboard,
             resume_step=resume_step,
-            wandb=wandb_sink(self.cfg, self.run_dir),
+            wandb=wandb_sink(
+                self.cfg.wandb, self.run_dir, run_name=self.cfg.name, config=to_dict(self.cfg)
+            ),
         )
 
-    def _restore(self, ckpt: RunCheckpointer, trained: dict[Kind, Role]) -> dict:
-        trainers, host = ckpt.restore(None, _trainer_states(trained))
+    def _restore(self, ckpt: RunCheckpointer, trained: dict[Kind, Role]) -> HostState:
+        trainers, saved = ckpt.restore(None, _trainer_states(trained))
+        host = HostState.from_dict(saved)
         for r in trained.values():
             r.trainer.load_state_dict(trainers[r.name])
-            r.version = host["updates"][r.name]
+            r.version = host.updates[r.name]
             r.sync()  # a vLLM server starts from the checkpoint on disk: send it these weights
         return host
 
     def _train(self, ctx, trained, stream, eval_problems, ckpt, metrics, state) -> dict[str, float]:
         sched = self.schedule
         final: dict[str, float] = {}
-        class_state = ClassBalanceState.from_dict(state["class_balance"])
-        updates = dict(state["updates"])
+        class_state = state.class_balance
+        updates = dict(state.updates)
         norms = {kind: r.trainer.param_norm() for kind, r in trained.items()}  # before updates
         ahead: Prefetch | None = None  # the next step's rollouts, collected beside an update
-        with Progress("tango steps", total=sched.total_steps - state["step"]) as bar:
-            for step in range(state["step"] + 1, sched.total_steps + 1):
+        with Progress("tango steps", total=sched.total_steps - state.step) as bar:
+            for step in range(state.step + 1, sched.total_steps + 1):
                 phase = sched.phase(step)
                 problems = ahead.problems if ahead is not None else stream.next_batch()
                 rollouts = ahead.rollouts if ahead is not None else None
@@ -257,12 +263,7 @@ class TangoLoop:
                     ckpt.save(
                         step,
                         _trainer_states(trained),
-                        {
-                            "step": step,
-                            "updates": dict(updates),  # a copy: saved in the background
-                            "class_balance": class_state.to_dict(),
-                            "data": dataclasses.asdict(stream.position),
-                        },
+                        HostState(step, updates, class_state, stream.position).to_dict(),
                     )
                 bar.update(1)
         return final

@@ -47,23 +47,25 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from tango_jax.metrics.writer import PhaseTimer
 
 if TYPE_CHECKING:
     from tango_jax.data.datasets import Problem
     from tango_jax.rollout.base import Sampler
-    from tango_jax.run.steps import Rollouts
 
 log = logging.getLogger("tango_jax")
 
+# What `collect` returns (run.steps.Rollouts in the loop); Prefetch only holds it.
+R = TypeVar("R")
 
-class Prefetch:
+
+class Prefetch(Generic[R]):
     """One step's collection, run beside another step's update.
 
     problems: the step's prompts (taken from the stream when the prefetch is planned, so a
-    failed prefetch re-collects the same ones); collect: problems, timer -> Rollouts;
+    failed prefetch re-collects the same ones); collect: problems, timer -> R (the loop's Rollouts);
     background: run in a thread (vLLM) or synchronously at `start` (the embedded sampler);
     samplers: held (`Sampler.hold_weights`) while a background collection runs.
     """
@@ -72,14 +74,14 @@ class Prefetch:
         self,
         step: int,
         problems: Sequence[Problem],
-        collect: Callable[[Sequence[Problem], PhaseTimer], Rollouts],
+        collect: Callable[[Sequence[Problem], PhaseTimer], R],
         *,
         background: bool,
         samplers: Sequence[Sampler] = (),
     ):
         self.step, self.problems = step, problems
         self.background = background
-        self.rollouts: Rollouts | None = None
+        self.rollouts: R | None = None
         self.error: Exception | None = None
         self.timer = PhaseTimer()
         self.seconds = 0.0

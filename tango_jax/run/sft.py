@@ -1,6 +1,6 @@
 """Where each role's RL starts, and the SFT stage that may come first (TANGO_SPEC §5).
 
-    path = rl_start_path(cfg, Kind.GENERATOR, run_dir, mesh=mesh)
+    path = prepare_rl_start(cfg, Kind.GENERATOR, run_dir, mesh=mesh)
 
 A role starts from its `model.path`, or from a preset written to `run_dir/initial/<role>`
 (the verifier from the generator's RL start with `sft.verifier.start_from_generator`);
@@ -23,11 +23,12 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from tango_jax.config.run import DataSource, RunConfig
 from tango_jax.config.roles import RoleConfig
+from tango_jax.config.run import DataSource, RunConfig
 from tango_jax.config.stages import SFTStage
 from tango_jax.data import synthetic_labels
 from tango_jax.data.tokenizer import load_tokenizer
+from tango_jax.metrics.wandb import wandb_sink
 from tango_jax.metrics.writer import MetricsWriter, NoMetrics, Progress
 from tango_jax.models import from_pretrained, save_pretrained
 from tango_jax.models.config import dtype_from_name
@@ -35,9 +36,9 @@ from tango_jax.models.tiny import write_tiny_checkpoint
 from tango_jax.rl.batch import make_batch
 from tango_jax.rl.train_step import Objective
 from tango_jax.rl.trainer import Trainer
-from tango_jax.text import templates
+from tango_jax.schema import to_dict
 from tango_jax.tango.kind import Kind
-from tango_jax.metrics.wandb import wandb_sink
+from tango_jax.text import templates
 
 if TYPE_CHECKING:
     from jax.sharding import Mesh
@@ -63,9 +64,9 @@ class EncodedPair(NamedTuple):
     loss_mask: list[float] | None = None
 
 
-def initial_path(cfg: RunConfig, role: Kind, run_dir: Path) -> Path:
-    """The role's initial HF checkpoint: model.path, or its preset written (once) to
-    run_dir/initial/<role>."""
+def prepare_initial(cfg: RunConfig, role: Kind, run_dir: Path) -> Path:
+    """Returns the role's initial HF checkpoint: model.path, or its preset, which this writes
+    (once) to run_dir/initial/<role>."""
     src = cfg.role(role).model
     if src.path:
         return Path(src.path)
@@ -86,14 +87,15 @@ def exists_on_process_0(path: Path) -> bool:
     return bool(multihost_utils.broadcast_one_to_all(np.int32(exists)))
 
 
-def rl_start_path(cfg: RunConfig, role: Kind, run_dir: Path, *, mesh: Mesh) -> Path:
-    """The HF checkpoint RL starts from: after SFT if SFT is on (run once, then reused; the
-    SFT checkpoint is written atomically, so one that exists is complete)."""
+def prepare_rl_start(cfg: RunConfig, role: Kind, run_dir: Path, *, mesh: Mesh) -> Path:
+    """Runs the role's SFT stage if `sft.<role>.enable` (once: a later call, or a resumed run,
+    reuses its checkpoint, which is written atomically, so one that exists is complete) and
+    returns the HF checkpoint RL starts from."""
     stage = cfg.sft.stage(role)
     if role is Kind.VERIFIER and stage.start_from_generator:
-        path = rl_start_path(cfg, Kind.GENERATOR, run_dir, mesh=mesh)
+        path = prepare_rl_start(cfg, Kind.GENERATOR, run_dir, mesh=mesh)
     else:
-        path = initial_path(cfg, role, run_dir)
+        path = prepare_initial(cfg, role, run_dir)
     if not stage.enable:
         return path
     name = role.value
@@ -110,7 +112,9 @@ def rl_start_path(cfg: RunConfig, role: Kind, run_dir: Path, *, mesh: Mesh) -> P
             logs,
             tensorboard=cfg.tensorboard,
             resume_step=0 if (logs / "metrics.jsonl").exists() else None,
-            wandb=wandb_sink(cfg, logs, job_type=f"sft_{name}"),
+            wandb=wandb_sink(
+                cfg.wandb, logs, run_name=cfg.name, config=to_dict(cfg), job_type=f"sft_{name}"
+            ),
         )
 
     def log_step(step, values):

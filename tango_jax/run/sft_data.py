@@ -21,8 +21,8 @@ from tango_jax.data.datasets import Problem
 from tango_jax.metrics.writer import Progress
 from tango_jax.rollout.base import SamplingParams
 from tango_jax.run import feedback
-from tango_jax.text import templates
 from tango_jax.run.roles import Role
+from tango_jax.text import templates
 from tango_jax.text.scoring_pool import OutcomeScorer
 
 

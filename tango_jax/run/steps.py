@@ -34,13 +34,13 @@ from tango_jax.rl.batch import TrainBatch, make_batch
 from tango_jax.rollout.base import Prompt
 from tango_jax.rollout.drift import logprob_drift
 from tango_jax.run import feedback
-from tango_jax.text import templates
+from tango_jax.run.roles import Role
 from tango_jax.tango.class_balance import ClassBalanceState, class_weights, update_class_balance
+from tango_jax.tango.kind import Kind
 from tango_jax.tango.process_advantages import AlphaScheduleKind, blended_advantages
 from tango_jax.tango.rewards import OutcomeScorer
-from tango_jax.run.roles import Role
-from tango_jax.tango.kind import Kind
 from tango_jax.tango.schedule import Phase
+from tango_jax.text import templates
 
 if TYPE_CHECKING:
     from tango_jax.run.overlap import Prefetch

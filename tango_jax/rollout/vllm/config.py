@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from tango_jax.schema import apply_derived, derived
 from tango_jax.rollout.vllm.server import VLLMServerConfig
 from tango_jax.rollout.vllm.sync import SyncBackend, WeightSyncConfig
+from tango_jax.schema import apply_derived, derived
 
 
 @dataclasses.dataclass(frozen=True)
