@@ -2,7 +2,7 @@
 # Runs the test suite in .venv (create it first: bash scripts/setup.sh).
 # Extra arguments go to pytest (e.g. -k sampler, -x). Exit status 5 ("no tests collected")
 # is treated as a failure with a clear message, never as a silent pass.
-# Without arguments, tests/test_loop.py (many whole Tango runs, vLLM servers, killed children)
+# Without arguments, tests/e2e/test_loop.py (many whole Tango runs, vLLM servers, killed children)
 # gets its own pytest process, with fd-level capture off (--capture=sys) so that a C++ fatal
 # message (XLA's LOG(FATAL) before an abort) reaches the log instead of a lost capture file.
 set -uo pipefail
@@ -22,9 +22,9 @@ if [ "$#" -gt 0 ]; then
   run "$@"
   exit $?
 fi
-run --ignore=tests/test_loop.py
+run --ignore=tests/e2e/test_loop.py
 first=$?
-run --capture=sys tests/test_loop.py
+run --capture=sys tests/e2e/test_loop.py
 second=$?
 [ "$first" -ne 0 ] && exit "$first"
 exit "$second"

@@ -22,9 +22,9 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from tango_jax.checkpoint.run import CHECKPOINT_SUBDIR, RunCheckpointer
-from tango_jax.data.tokenizer import load_tokenizer
 from tango_jax.models import Transformer, save_pretrained
 from tango_jax.models.config import dtype_from_name
+from tango_jax.models.tokenizer import load_tokenizer
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
 from tango_jax.parallel.partition import abstract_model, state_shardings
 

@@ -14,7 +14,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-sys.path.insert(0, str(Path(__file__).parent))  # tests/hf_fixtures.py and friends
+sys.path.insert(0, str(Path(__file__).parent / "helpers"))  # tests/helpers/hf_fixtures.py, ...
 
 import jax
 

@@ -1,13 +1,28 @@
-"""The package's layering rules, checked on its import graph (parsed with `ast`, nothing run):
+"""The package's layout rules, checked on its import graph (parsed with `ast`, nothing run) and
+on the tree of tests/.
 
-    rl/       knows no verifier or Tango: imports nothing from tango/, rollout/, data/, config
-    rollout/  knows no rewards or training: imports nothing from tango/, rl/, config
-    tango/    knows no sharding: imports neither parallel/ nor jax.sharding (a mesh is passed
-              through; type-only imports under `if TYPE_CHECKING:` are allowed)
-    config    imports nothing above it: no module it imports, directly or not, imports it;
-              config_types (the schema machinery) imports nothing from tango_jax at all
+Layers, bottom to top (a module imports only from layers below its own, or from its own
+package; the commands at the top may import each other):
 
-Every import counts, at module level or inside a function.
+    schema                               the config schema kit: imports nothing from tango_jax
+    parallel                             meshes, partitioning, jax.distributed, buckets
+    models, text                         NNX models and HF checkpoints; what models read and
+                                         write and how it is graded (a leaf)
+    rollout, data, rl                    samplers; prompt streams and tasks; generic RL maths
+                                         and the jitted train step (no verifier, no Tango)
+    tango                                the paper's maths: rewards, process advantages, class
+                                         balance, schedule, the role enum (no sharding)
+    checkpoint, metrics                  run checkpoints and guards; metrics files and W&B
+    config                               the run config, composed from the components' configs
+    run                                  the loop and its steps
+    eval                                 offline evaluation and analysis
+    train, evaluate, export, ...         the commands
+
+Every import counts, at module level, inside a function or under `if TYPE_CHECKING:` (a
+type-only import that runs upward or closes a circle marks a misplaced name). There is no
+import circle. tests/ mirrors the package: each folder of tests/ other than helpers/, e2e/ and
+scripts/ is a package of tango_jax, and test files at the top of tests/ are for top-level
+modules.
 """
 
 from __future__ import annotations
@@ -17,7 +32,23 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "tango_jax"
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "tango_jax"
+TESTS = ROOT / "tests"
+
+LAYERS = [
+    ["schema"],
+    ["parallel"],
+    ["models", "text"],
+    ["rollout", "data", "rl"],
+    ["tango"],
+    ["checkpoint", "metrics"],
+    ["config"],
+    ["run"],
+    ["eval"],
+]
+# Test folders that are not packages: shared helpers, whole runs, the scripts' tests.
+TEST_FOLDERS = {"helpers", "e2e", "scripts", "__pycache__"}
 
 
 def _module_name(path: Path) -> str:
@@ -25,101 +56,180 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
 def _imports(tree: ast.AST, modules: set[str]) -> set[str]:
-    """Modules imported anywhere in `tree`, except under `if TYPE_CHECKING:`; `from a import b`
-    counts as importing `a.b` where that is a module of the package."""
+    """Modules of tango_jax imported anywhere in `tree`; `from a import b` counts as importing
+    `a.b` where that is a module of the package (and `a` otherwise)."""
     out: set[str] = set()
-
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            for child in node.orelse:
-                visit(child)
-            return
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            out.update(alias.name for alias in node.names)
+            out.update(a.name for a in node.names if a.name.split(".")[0] == "tango_jax")
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            out.add(node.module)
-            out.update(
-                f"{node.module}.{a.name}"
-                for a in node.names
-                if f"{node.module}.{a.name}" in modules
-            )
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(tree)
+            if node.module.split(".")[0] != "tango_jax":
+                continue
+            subs = {f"{node.module}.{a.name}" for a in node.names}
+            found = subs & modules
+            out.update(found)
+            if len(found) < len(subs):
+                out.add(node.module)
     return out
 
 
-def _graph() -> dict[str, set[str]]:
-    files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    files = {_module_name(p): p for p in package.rglob("*.py")}
     return {name: _imports(ast.parse(p.read_text()), set(files)) for name, p in files.items()}
 
 
-GRAPH = _graph()
+def top(module: str) -> str:
+    """tango_jax.run.loop -> run; tango_jax.train -> train; tango_jax -> ''."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
 
 
-def _in(module: str, *roots: str) -> bool:
-    return any(module == r or module.startswith(r + ".") for r in roots)
+def rank(module: str) -> int:
+    """The layer of a module; the commands (top-level modules but schema) are above them all."""
+    for i, layer in enumerate(LAYERS):
+        if top(module) in layer:
+            return i
+    return len(LAYERS)
 
 
-def _violations(layer: str, forbidden: tuple[str, ...]) -> list[str]:
-    return sorted(
-        f"{m} imports {dep}"
-        for m, deps in GRAPH.items()
-        if _in(m, layer)
-        for dep in deps
-        if _in(dep, *forbidden)
-    )
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of a module from a higher layer, or from another package of the same layer."""
+    bad = []
+    for m, deps in graph.items():
+        for d in deps:
+            if top(d) == top(m) or top(d) == "":
+                continue
+            same_commands = rank(m) == rank(d) == len(LAYERS)
+            if rank(d) > rank(m) or (rank(d) == rank(m) and not same_commands):
+                bad.append(f"{m} imports {d}")
+    return sorted(bad)
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Import circles among modules (strongly connected components of more than one module,
+    or a module importing itself), found with Tarjan's algorithm."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1 or v in graph.get(v, ()):
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+GRAPH = import_graph()
 
 
 def test_the_graph_sees_the_package():
     """Guards the test itself: it parsed the modules the rules below are about."""
-    for layer in ("tango_jax.rl", "tango_jax.rollout", "tango_jax.tango"):
-        assert sum(_in(m, layer) for m in GRAPH) >= 4, layer
+    for layer in ("rl", "rollout", "tango", "text", "run", "eval", "config", "checkpoint"):
+        assert sum(top(m) == layer for m in GRAPH) >= 3, layer
     assert "tango_jax.rl.batch" in GRAPH["tango_jax.rl.trainer"]
-    assert "tango_jax.tango.schedule" in GRAPH["tango_jax.config.run"]
+    assert "tango_jax.run.steps" in GRAPH["tango_jax.run.loop"]
+    assert "tango_jax.text.formats" in GRAPH["tango_jax.data.synthetic"]
+    # A type-only import counts (tango_jax.run.steps imports Prefetch under TYPE_CHECKING).
+    assert "tango_jax.run.overlap" in GRAPH["tango_jax.run.steps"]
+
+
+def test_every_package_has_a_layer():
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    layered = {name for layer in LAYERS for name in layer} - {"schema"}
+    assert packages - {"assets"} == layered
+
+
+def test_no_import_runs_up_the_layers():
+    assert upward_imports(GRAPH) == []
 
 
 @pytest.mark.parametrize(
     "layer, forbidden",
     [
-        (
-            "tango_jax.rl",
-            ("tango_jax.tango", "tango_jax.rollout", "tango_jax.data", "tango_jax.config.run"),
-        ),
-        ("tango_jax.rollout", ("tango_jax.tango", "tango_jax.rl", "tango_jax.config.run")),
-        ("tango_jax.tango", ("tango_jax.parallel", "jax.sharding")),
-        ("tango_jax.schema", ("tango_jax",)),
+        ("schema", ("",)),  # nothing from the package at all
+        ("text", ("tango", "run", "eval", "data")),
+        ("data", ("tango", "run", "eval")),
+        ("tango", ("run", "eval", "parallel", "config")),
+        ("rl", ("tango", "rollout", "data", "config", "text")),
+        ("rollout", ("tango", "rl", "config", "data")),
     ],
 )
 def test_layer_imports_nothing_it_must_not_know(layer, forbidden):
-    assert _violations(layer, forbidden) == []
+    bad = sorted(
+        f"{m} imports {d}"
+        for m, deps in GRAPH.items()
+        if top(m) == layer
+        for d in deps
+        if top(d) != layer and (top(d) in forbidden or "" in forbidden)
+    )
+    assert bad == []
 
 
-def _closure(start: str) -> set[str]:
-    seen, todo = set(), [start]
-    while todo:
-        for dep in GRAPH.get(todo.pop(), ()):
-            if dep in GRAPH and dep not in seen:
-                seen.add(dep)
-                todo.append(dep)
-    return seen
+def test_tango_knows_no_sharding():
+    """The paper's maths takes a mesh as an argument where it needs one; it never builds or
+    names shardings (nor imports jax.sharding)."""
+    files = [p for p in (PACKAGE / "tango").rglob("*.py")]
+    bad = [
+        p.name
+        for p in files
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.ImportFrom | ast.Import)
+        and any(
+            n.startswith("jax.sharding")
+            for n in [getattr(node, "module", None) or ""] + [a.name for a in node.names]
+        )
+    ]
+    assert bad == []
 
 
-def test_config_imports_nothing_above_it():
-    below = _closure("tango_jax.config.run")
-    above = sorted(m for m in below if "tango_jax.config.run" in _closure(m))
-    assert above == [], f"tango_jax.config.run imports modules that import it: {above}"
-    assert not _in_any(below, "tango_jax.train", "tango_jax.run.loop", "tango_jax.run.steps")
+def test_no_import_circle():
+    assert circles(GRAPH) == []
 
 
-def _in_any(modules: set[str], *names: str) -> bool:
-    return any(m in modules for m in names)
+def test_the_rules_catch_a_bad_import():
+    """The checks above on a graph with one bad import each: an upward one, and a circle."""
+    upward = {m: set(d) for m, d in GRAPH.items()}
+    upward["tango_jax.text.formats"] = upward["tango_jax.text.formats"] | {"tango_jax.run.loop"}
+    assert upward_imports(upward) == ["tango_jax.text.formats imports tango_jax.run.loop"]
+    circle = {m: set(d) for m, d in GRAPH.items()}
+    circle["tango_jax.run.overlap"] = circle["tango_jax.run.overlap"] | {"tango_jax.run.steps"}
+    assert circles(circle) == [["tango_jax.run.overlap", "tango_jax.run.steps"]]
+
+
+def test_tests_mirror_the_package():
+    """Like veRL's tests/special_sanity/validate_structure.py: a test folder names a package."""
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    folders = {p.name for p in TESTS.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    assert folders - TEST_FOLDERS <= packages, folders - TEST_FOLDERS - packages
+    top_modules = {p.stem for p in PACKAGE.glob("*.py")} | {"layers"}
+    loose = [
+        p.name
+        for p in TESTS.glob("test_*.py")
+        if not any(p.stem == f"test_{m}" or p.stem.startswith(f"test_{m}_") for m in top_modules)
+    ]
+    assert loose == [], "tests at the top of tests/ are for top-level modules only"

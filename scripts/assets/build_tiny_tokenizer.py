@@ -1,7 +1,7 @@
 """Builds the tiny tokenizer shipped in tango_jax/assets/tiny_tokenizer from the tiny task's text.
 
     .venv/bin/python scripts/assets/build_tiny_tokenizer.py     # rewrite the shipped tokenizer
-    .venv/bin/python scripts/assets/build_tiny_tokenizer.py --out DIR   # somewhere else (to compare)
+    .venv/bin/python scripts/assets/build_tiny_tokenizer.py --out DIR  # elsewhere, to compare
 
 The corpus is what the tiny models read and write, in proportion: for `--examples` synthetic
 problems (tango_jax.data.synthetic, default difficulty), the generator prompt (training and
@@ -28,8 +28,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tango_jax.data import synthetic, synthetic_labels
-from tango_jax.data.tokenizer import TINY_TOKENIZER_DIR, train_tiny_tokenizer
 from tango_jax.models.presets import TINY_VOCAB_SIZE
+from tango_jax.models.tokenizer import TINY_TOKENIZER_DIR, train_tiny_tokenizer
 from tango_jax.text import templates
 
 SEED = 12345  # corpus stream, apart from every training / evaluation seed
@@ -102,7 +102,7 @@ def main() -> None:
             if mismatch or errors:
                 sys.exit(f"not deterministic: {mismatch + errors} differ between two builds.")
             print(f"deterministic: {names} identical over two builds.")
-    from tango_jax.data.tokenizer import load_tokenizer
+    from tango_jax.models.tokenizer import load_tokenizer
 
     counts = token_counts(load_tokenizer(args.out), 200, synthetic.ArithConfig())
     print(f"wrote {args.out}; mean tokens over 200 held-out problems (half with a slip):")

@@ -41,10 +41,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from tango_jax.data.tokenizer import load_tokenizer, tiny_tokenizer
 from tango_jax.models import Transformer, from_pretrained, presets
 from tango_jax.models.config import dtype_from_name
 from tango_jax.models.tiny import write_tiny_checkpoint
+from tango_jax.models.tokenizer import load_tokenizer, tiny_tokenizer
 from tango_jax.models.transformer import KVCache
 from tango_jax.parallel.buckets import round_up
 from tango_jax.parallel.mesh import MeshConfig, make_mesh

@@ -24,7 +24,7 @@ def write_tiny_checkpoint(
     **overrides,
 ) -> Path:
     """Initialises preset `preset` with `seed` and saves it, tokenizer included, at `path`."""
-    from tango_jax.data.tokenizer import tiny_tokenizer
+    from tango_jax.models.tokenizer import tiny_tokenizer
 
     tokenizer = tiny_tokenizer()
     config = presets.get(preset, **overrides)

@@ -42,10 +42,10 @@ from tango_jax.config.run import RunConfig, enabled_roles, trained_roles
 from tango_jax.data import synthetic_labels
 from tango_jax.data.datasets import StreamPosition
 from tango_jax.data.prompts import DataSource, load_prompts
-from tango_jax.data.tokenizer import load_tokenizer
 from tango_jax.metrics.wandb import wandb_sink
 from tango_jax.metrics.writer import MetricsWriter, NoMetrics, PhaseTimer, Progress
 from tango_jax.models import save_pretrained
+from tango_jax.models.tokenizer import load_tokenizer
 from tango_jax.run.evaluation import evaluate
 from tango_jax.run.host_state import HostState
 from tango_jax.run.overlap import Prefetch

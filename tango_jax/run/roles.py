@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 from flax import nnx
 
 from tango_jax.config.roles import RoleConfig, SamplerBackend
-from tango_jax.data.tokenizer import load_tokenizer
 from tango_jax.models import ModelConfig, Transformer, from_pretrained, read_config
 from tango_jax.models.config import dtype_from_name
+from tango_jax.models.tokenizer import load_tokenizer
 from tango_jax.rl.trainer import Trainer
 from tango_jax.rollout.base import Completion, Prompt, Sampler, SamplingParams
 from tango_jax.rollout.jax_sampler import JaxSampler

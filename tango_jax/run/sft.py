@@ -27,12 +27,12 @@ from tango_jax.config.roles import RoleConfig
 from tango_jax.config.run import DataSource, RunConfig
 from tango_jax.config.stages import SFTStage
 from tango_jax.data import synthetic_labels
-from tango_jax.data.tokenizer import load_tokenizer
 from tango_jax.metrics.wandb import wandb_sink
 from tango_jax.metrics.writer import MetricsWriter, NoMetrics, Progress
 from tango_jax.models import from_pretrained, save_pretrained
 from tango_jax.models.config import dtype_from_name
 from tango_jax.models.tiny import write_tiny_checkpoint
+from tango_jax.models.tokenizer import load_tokenizer
 from tango_jax.rl.batch import make_batch
 from tango_jax.rl.train_step import Objective
 from tango_jax.rl.trainer import Trainer

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_loop import _comparable, _weights
+from short_runs import comparable as _comparable
+from short_runs import weights as _weights
 
 from tango_jax.config.run import load_run_config, sibling_config
 from tango_jax.metrics.writer import read_metrics
@@ -22,7 +23,7 @@ from tango_jax.run.loop import TangoLoop
 from tango_jax.run.overlap import Prefetch
 from tango_jax.schema import ConfigError
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 TIS_CAP = 1.02  # small enough that some lag-1 tokens are truncated
 
 

@@ -22,9 +22,9 @@ from tango_jax.config.roles import RoleConfig
 from tango_jax.config.run import base_config, load_run_config
 from tango_jax.data import benchmarks as B
 from tango_jax.data.datasets import Problem
-from tango_jax.data.tokenizer import tiny_tokenizer
 from tango_jax.eval import benchmarks as benchmark_eval
 from tango_jax.metrics.writer import PhaseTimer
+from tango_jax.models.tokenizer import tiny_tokenizer
 from tango_jax.rollout.base import Completion, FinishReason
 from tango_jax.run import evaluation, sft, steps
 from tango_jax.run.roles import Role

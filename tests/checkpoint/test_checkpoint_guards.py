@@ -22,9 +22,8 @@ from tango_jax.checkpoint.guards import (
     CheckpointMismatchError,
     NonFiniteError,
     NoReadableCheckpointError,
-    check_finite,
 )
-from tango_jax.checkpoint.run import ModelInfo, RunCheckpointer
+from tango_jax.checkpoint.run import ModelInfo, RunCheckpointer, check_finite
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
 
 # --- damaged checkpoints -----------------------------------------------------------------------

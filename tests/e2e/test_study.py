@@ -16,12 +16,12 @@ import pytest
 
 from tango_jax.config.run import load_run_config, sibling_config
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
 
 
 def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "study" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
@@ -52,8 +52,8 @@ def test_the_default_config_starts_rl_from_the_shipped_sft_and_scratch_does_the_
 def test_the_shipped_checkpoints_load_and_say_how_they_were_made():
     import jax
 
-    from tango_jax.data.tokenizer import load_tokenizer, tiny_tokenizer
     from tango_jax.models import from_pretrained
+    from tango_jax.models.tokenizer import load_tokenizer, tiny_tokenizer
     from tango_jax.parallel.mesh import MeshConfig, make_mesh
 
     assets = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").SFT_ASSETS
@@ -91,7 +91,7 @@ def test_make_tiny_sft_runs_its_three_phases_and_writes_the_checkpoints(tmp_path
         "generator.eval_max_tokens=8",
         "verifier.eval_max_tokens=8",
     ]
-    cmd = [sys.executable, str(ROOT / "scripts" / "make_tiny_sft.py")]
+    cmd = [sys.executable, str(ROOT / "scripts" / "assets" / "make_tiny_sft.py")]
     cmd += ["--work", str(work), "--out", str(out), *(f"--set={o}" for o in small)]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

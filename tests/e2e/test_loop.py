@@ -17,75 +17,24 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from safetensors.numpy import load_file
+from short_runs import comparable as _comparable
+from short_runs import short_config as _short_config
+from short_runs import weights as _weights
 
 from tango_jax.checkpoint.divergence import DivergenceError
 from tango_jax.checkpoint.guards import NonFiniteError
 from tango_jax.checkpoint.run import RunCheckpointer
-from tango_jax.config.run import DataSource, load_run_config, sibling_config
+from tango_jax.config.run import DataSource
 from tango_jax.metrics.writer import read_metrics
 from tango_jax.parallel.mesh import make_mesh
 from tango_jax.run.loop import TangoLoop
 from tango_jax.schema import ConfigError
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
-
 pytestmark = pytest.mark.slow
-
-
-def _short_config(
-    run_dir: Path, *, backend: str = "jax", total_steps: int = 5, variant: str = "tango"
-):
-    """tiny_arith shrunk to seconds per step: V (warm-up), then G, G, G, V."""
-    c = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config(f"{variant},scratch")
-    c.run_dir = str(run_dir)
-    c.scorer_workers = 1
-    # The session's 8 simulated devices: FSDP over 2 and tensor parallelism over 4, so the loop
-    # runs sharded end to end (4-row micro-batches split over the 2 data shards).
-    c.mesh = dict(data=1, fsdp=2, tensor=4)
-    for stage in (c.sft.generator, c.sft.verifier):
-        stage.steps, stage.batch_size, stage.num_examples = 3, 8, 64
-        stage.trainer.micro_batch_size = 8
-    for role, max_tokens in ((c.generator, 24), (c.verifier, 32)):
-        role.rollout.n = 2
-        role.rollout.max_tokens = role.eval_max_tokens = role.response_bucket = max_tokens
-        role.trainer.micro_batch_size = 4  # 2 prompts x 2 samples
-        role.sampler.backend = backend
-        role.trainer.optimizer.learning_rate = 1e-3
-    c.data.prompts_per_step = 2
-    c.data.eval_size = 4
-    trains_verifier = c.verifier.enable and c.verifier.trainable
-    c.schedule.total_steps = total_steps
-    c.schedule.verifier_warmup_steps = 1 if trains_verifier else 0
-    c.eval.every_generator_steps = 2
-    c.checkpoint.every_steps = 2
-    c.checkpoint.keep = 3
-    return load_run_config(c)
 
 
 def _loop(cfg) -> TangoLoop:
     return TangoLoop(cfg, make_mesh(cfg.mesh))
-
-
-def _weights(path: Path) -> dict[str, np.ndarray]:
-    out = {}
-    for f in sorted(path.glob("*.safetensors")):
-        out |= load_file(str(f))
-    return out
-
-
-def _comparable(rows):
-    """Metric lines without wall-clock quantities."""
-    return [
-        {
-            k: v
-            for k, v in r.items()
-            if k != "time"
-            and "perf/" not in k
-            and not k.endswith(("_s", "seconds", "tokens_per_s", "gbps"))
-        }
-        for r in rows
-    ]
 
 
 def _assert_resumed_like(run_dir: Path, copy: Path) -> None:
@@ -182,10 +131,14 @@ def test_resume_reproduces_the_uninterrupted_run(jax_run, tmp_path):
 _CHILD_RUN = """
 import sys
 from pathlib import Path
-sys.path.insert(0, sys.argv[1])
+import os
+sys.path[:0] = sys.argv[1].split(os.pathsep)
 import conftest  # the session's 8 simulated devices and matmul precision
-import test_loop
-test_loop._loop(test_loop._short_config(Path(sys.argv[2]))).run()
+import short_runs
+from tango_jax.parallel.mesh import make_mesh
+from tango_jax.run.loop import TangoLoop
+cfg = short_runs.short_config(Path(sys.argv[2]))
+TangoLoop(cfg, make_mesh(cfg.mesh)).run()
 """
 
 
@@ -200,7 +153,8 @@ def test_kill_9_during_a_checkpoint_save_then_resume_reproduces_the_run(jax_run,
     for name in ("4", "5"):
         shutil.rmtree(copy / "checkpoints" / name)
     shutil.rmtree(copy / "hf")
-    tests = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parent  # conftest, the helpers and this file
+    tests = os.pathsep.join(map(str, [here.parent, here.parent / "helpers", here]))
     child = subprocess.Popen(
         [sys.executable, "-c", _CHILD_RUN, str(tests), str(copy)],
         stdout=subprocess.DEVNULL,

@@ -6,8 +6,8 @@ import jax
 import numpy as np
 from flax import nnx
 
-from tango_jax.data.tokenizer import tiny_tokenizer
 from tango_jax.models import Transformer, presets
+from tango_jax.models.tokenizer import tiny_tokenizer
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
 from tango_jax.rl.advantages import grpo_outcome_advantages
 from tango_jax.rl.batch import make_batch

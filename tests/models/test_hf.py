@@ -8,9 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from hf_fixtures import VARIANTS, load_hf, write_hf_checkpoint
+from hf_fixtures import TOL, VARIANTS, load_hf, rel_err, write_hf_checkpoint
 from safetensors.numpy import load_file
-from test_models import TOL, rel_err
 
 from tango_jax.models import CheckpointError, from_pretrained, save_pretrained
 

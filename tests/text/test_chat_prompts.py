@@ -13,7 +13,7 @@ from tango_jax.data import synthetic_labels
 from tango_jax.data.datasets import Problem
 from tango_jax.data.prompts import drop_overlong
 from tango_jax.data.synthetic import ArithConfig
-from tango_jax.data.tokenizer import TINY_TOKENIZER_DIR, load_tokenizer
+from tango_jax.models.tokenizer import TINY_TOKENIZER_DIR, load_tokenizer
 from tango_jax.run.roles import Role
 from tango_jax.run.sft import encode_examples
 from tango_jax.tango.kind import Kind

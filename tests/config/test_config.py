@@ -18,7 +18,7 @@ from tango_jax.rl.advantages import AdvantageEstimator
 from tango_jax.schema import ConfigError, from_dict, to_dict
 from tango_jax.tango.kind import Kind
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def _load(name: str, variant: str | None = None):

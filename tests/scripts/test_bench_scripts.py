@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(script: str, *args: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one CPU device
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / script), *args],
+        [sys.executable, str(ROOT / "scripts" / "bench" / script), *args],
         capture_output=True,
         text=True,
         env=env,
@@ -66,7 +66,12 @@ def test_sampler_benchmark_decode_numbers_are_consistent():
 
 def test_sampler_benchmark_rejects_a_preset_for_vllm():
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench_samplers.py"), "--preset", "tiny-qwen2"],
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "bench" / "bench_samplers.py"),
+            "--preset",
+            "tiny-qwen2",
+        ],
         capture_output=True,
         text=True,
         timeout=300,

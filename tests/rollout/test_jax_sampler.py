@@ -9,8 +9,8 @@ import pytest
 import torch
 from hf_fixtures import load_hf, write_hf_checkpoint
 
-from tango_jax.data.tokenizer import tiny_tokenizer
 from tango_jax.models import from_pretrained
+from tango_jax.models.tokenizer import tiny_tokenizer
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
 from tango_jax.rollout.base import FinishReason, Prompt, SamplingParams
 from tango_jax.rollout.jax_sampler import JaxSampler

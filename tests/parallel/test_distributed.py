@@ -32,7 +32,7 @@ from tango_jax.metrics.writer import read_metrics
 from tango_jax.parallel.distributed import DistributedConfig, fetch, put
 from tango_jax.schema import to_dict
 
-WORKER = Path(__file__).with_name("distributed_worker.py")
+WORKER = Path(__file__).resolve().parents[1] / "helpers" / "distributed_worker.py"
 TIMEOUT_S = 900  # generous: the test machine is a shared 2-core CPU
 
 
@@ -148,7 +148,7 @@ def test_put_fetch_round_trip_on_one_process():
 
 # --- the real loop: `python -m tango_jax.train` as 1 x 8 and as 2 x 4 ------------------------
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _train_flags(run_dir: Path) -> list[str]:
@@ -157,7 +157,8 @@ def _train_flags(run_dir: Path) -> list[str]:
     three RL steps G, V, G (a cycle of one generator and one verifier step, no warm-up),
     evaluation before training and at the end only, on fewer process-bench items, and a
     checkpoint after every step."""
-    from test_loop import CONFIGS, _short_config
+    from short_runs import CONFIGS
+    from short_runs import short_config as _short_config
 
     def flat(tree: dict, prefix: str = "") -> dict:
         out = {}
@@ -243,7 +244,7 @@ def _assert_same_rows(a: list[dict], b: list[dict]) -> None:
     """The same metric lines, key for key, every value to float-rounding tolerance; wall-clock
     quantities are left out (test_loop._comparable: `time`, `perf/*`, `*_s`, ...): they are the
     only values that may legitimately differ between the layouts."""
-    from test_loop import _comparable
+    from short_runs import comparable as _comparable
 
     a, b = _comparable(a), _comparable(b)
     assert [r["step"] for r in a] == [r["step"] for r in b]
@@ -263,7 +264,7 @@ def _assert_same_weights(a: Path, b: Path) -> None:
     0.1% of what RL changed in it (Adam divides each gradient by its own running size, so
     gradients that are float noise in both runs move a weight by up to ~lr either way; the
     two layouts' final weights were 0.0072% (generator) and 0.022% (verifier) apart)."""
-    from test_loop import _weights
+    from short_runs import weights as _weights
 
     for role in ("generator", "verifier"):
         start = _weights(a / "sft" / role)

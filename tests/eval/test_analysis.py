@@ -16,7 +16,7 @@ from tango_jax.metrics.writer import MetricsWriter
 
 matplotlib.use("Agg")
 
-NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "analysis.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "analysis.ipynb"
 
 
 def _write_run(path: Path, accuracy_gain: float) -> Path:

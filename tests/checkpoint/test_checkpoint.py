@@ -16,15 +16,15 @@ import numpy as np
 import pytest
 import torch
 from flax import nnx
+from hf_fixtures import TOL, rel_err
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
-from test_models import TOL, rel_err
 
 from tango_jax.checkpoint.guards import NonFiniteError
 from tango_jax.checkpoint.run import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer, check_finite
-from tango_jax.data.tokenizer import TINY_TOKENIZER_DIR
 from tango_jax.export import main as export_main
 from tango_jax.models import Transformer, presets
+from tango_jax.models.tokenizer import TINY_TOKENIZER_DIR
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
 from tango_jax.rl.batch import make_batch
 from tango_jax.rl.train_step import LossConfig, LRSchedule, OptimizerConfig, TrainerConfig
@@ -277,7 +277,7 @@ CRASH = textwrap.dedent(
 
 
 def test_a_crash_mid_save_leaves_the_previous_checkpoint_valid(tmp_path):
-    repo = Path(__file__).parent.parent
+    repo = Path(__file__).resolve().parents[2]
     env = os.environ | {"PYTHONPATH": str(repo)}
     proc = subprocess.run(
         [sys.executable, "-c", CRASH, str(tmp_path)], env=env, capture_output=True, text=True

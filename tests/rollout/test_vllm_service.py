@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -282,11 +281,7 @@ def test_parse_rejects_unusable_responses(choices, match):
 
 
 def _launch_module():
-    path = Path(__file__).parent.parent / "scripts" / "launch_vllm.py"
-    spec = importlib.util.spec_from_file_location("launch_vllm", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("tango_jax.launch_vllm")
 
 
 def test_launch_script_gives_each_replica_its_gpus_and_port(monkeypatch):

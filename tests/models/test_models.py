@@ -8,19 +8,12 @@ import numpy as np
 import pytest
 import torch
 from flax import nnx
-from hf_fixtures import VARIANTS, load_hf, write_hf_checkpoint
+from hf_fixtures import TOL, VARIANTS, load_hf, rel_err, write_hf_checkpoint
 from jaxpr_dots import dot_operands
 
 from tango_jax.models import KVCache, from_pretrained
 from tango_jax.models.matmul import dense
 from tango_jax.models.transformer import Frame, rope_inv_freq
-
-TOL = 1e-4  # max relative error, never loosened silently
-
-
-def rel_err(ours, ref) -> float:
-    ours, ref = np.asarray(ours, np.float64), np.asarray(ref, np.float64)
-    return float(np.abs(ours - ref).max() / np.abs(ref).max())
 
 
 @pytest.fixture(scope="module", params=sorted(VARIANTS))

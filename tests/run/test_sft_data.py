@@ -11,23 +11,19 @@ import math_verify
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from tango_jax.data.tokenizer import load_tokenizer
 from tango_jax.models.tiny import write_tiny_checkpoint
+from tango_jax.models.tokenizer import load_tokenizer
 from tango_jax.run.sft import SFTPair, sft_records
 from tango_jax.tango.kind import Kind
 from tango_jax.text import templates
 from tango_jax.text.answer_check import outcome_reward
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "generate_sft_data.py"
 NUM = 8
 UNREACHABLE = "-0.5"  # the digit-writing teacher never states it
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("generate_sft_data", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("tango_jax.generate_sft_data")
 
 
 def _digit_teacher(path: Path) -> Path:

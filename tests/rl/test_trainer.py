@@ -315,7 +315,8 @@ def test_errors_name_the_field():
 
 _PARAM_NORM_BURST = """
 import sys
-sys.path.insert(0, sys.argv[1])
+import os
+sys.path[:0] = sys.argv[1].split(os.pathsep)
 import conftest  # 8 simulated devices
 import numpy as np
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
@@ -339,11 +340,13 @@ def test_param_norm_in_a_burst_on_8_devices_does_not_deadlock():
     the norm was ~100 tiny programs with a collective each per call, and such a burst deadlocks
     XLA's asynchronous CPU dispatch within seconds (the process aborts at the rendezvous
     timeout after 40 s). Runs in a child process so that a regression fails this test only."""
+    import os
     import subprocess
     import sys
     from pathlib import Path
 
-    tests = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parent  # conftest, the helpers and this file
+    tests = os.pathsep.join(map(str, [here.parent, here.parent / "helpers", here]))
     child = subprocess.run(
         [sys.executable, "-c", _PARAM_NORM_BURST, str(tests)],
         capture_output=True,

@@ -40,8 +40,8 @@ def main(argv: list[str]) -> int:
     from flax import nnx
 
     from tango_jax.checkpoint.run import ModelInfo, RunCheckpointer
-    from tango_jax.data.tokenizer import tiny_tokenizer
     from tango_jax.models import Transformer, presets
+    from tango_jax.models.tokenizer import tiny_tokenizer
     from tango_jax.parallel.distributed import DistributedConfig, initialize
     from tango_jax.parallel.mesh import MeshConfig, make_mesh
     from tango_jax.parallel.partition import init_sharded

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
 import transformers
 
@@ -92,3 +93,11 @@ def write_hf_checkpoint(path: Path, *, seed: int = 0, max_shard_size=None, **kw)
 def load_hf(path: Path):
     model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     return model.eval()
+
+
+TOL = 1e-4  # max relative error against transformers, never loosened silently
+
+
+def rel_err(ours, ref) -> float:
+    ours, ref = np.asarray(ours, np.float64), np.asarray(ref, np.float64)
+    return float(np.abs(ours - ref).max() / np.abs(ref).max())

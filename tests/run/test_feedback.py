@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tango_jax.data.datasets import Problem
-from tango_jax.data.tokenizer import tiny_tokenizer
+from tango_jax.models.tokenizer import tiny_tokenizer
 from tango_jax.rollout.base import Completion, FinishReason
 from tango_jax.run.feedback import Judgment, Solution, step_reward_arrays, verdict_metrics
 from tango_jax.text import formats

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import transformers
 
-from tango_jax.data.tokenizer import TINY_TOKENIZER_DIR, load_tokenizer, tiny_tokenizer
 from tango_jax.models import from_pretrained, presets
 from tango_jax.models.tiny import write_tiny_checkpoint
+from tango_jax.models.tokenizer import TINY_TOKENIZER_DIR, load_tokenizer, tiny_tokenizer
 
 
 def test_tiny_tokenizer_fits_the_tiny_presets():

@@ -12,12 +12,12 @@ from safetensors.numpy import load_file
 from tango_jax.config.run import base_config, load_run_config, sibling_config
 from tango_jax.data import synthetic_labels
 from tango_jax.data.synthetic import ArithConfig, VerifierAnalysis, VerifierLabels
-from tango_jax.data.tokenizer import tiny_tokenizer
+from tango_jax.models.tokenizer import tiny_tokenizer
 from tango_jax.parallel.mesh import make_mesh
 from tango_jax.run.sft import SFTPair, check_response_lengths, encode_examples, prepare_rl_start
 from tango_jax.tango.kind import Kind
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def _weights(path: Path) -> dict[str, np.ndarray]:
