@@ -22,8 +22,8 @@ register their pytree nodes, and restoring onto a different mesh is just a targe
 shardings: orbax reads each device's slice of the stored arrays (tested 8 -> 8 devices with a
 different layout, and 8 -> 1).
 
-Damage (a step that fails to restore is skipped and moved aside) and the stop before a
-non-finite step is saved: checkpoint_guards.py. With several processes every one of them
+Damage (a step that fails to restore is skipped and moved aside): checkpoint/guards.py; the
+stop before a non-finite step is saved: check_finite, below. With several processes each one
 calls restore: the finite check is one jitted reduction per device set (collectives in the same
 order everywhere), a step that fails on any process fails on all, and process 0 moves it while
 the others wait at a barrier, so all processes resume the same step.
@@ -308,7 +308,7 @@ class RunCheckpointer:
             raise ValueError(f"its host item is not a format-{FORMAT_VERSION} document.")
         return host
 
-    # --- damage (checkpoint_guards.py) ---
+    # --- damage (checkpoint/guards.py) ---
 
     def _latest_readable(self, read) -> tuple[int, Any]:
         """(step, read(step)) for the newest step that `read` reads (`latest_readable`)."""

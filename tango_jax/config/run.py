@@ -137,12 +137,12 @@ class RunConfig:
     sft: SFTConfig = SFTConfig()
     eval: EvalConfig = EvalConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
-    # Signs that an update wrecked a model with finite numbers (tango/divergence.py); any
+    # Signs that an update wrecked a model with finite numbers (checkpoint/divergence.py); any
     # non-finite metric always stops the run.
     divergence: DivergenceConfig = DivergenceConfig()
     tensorboard: bool = True
     # Weights & Biases logging beside metrics.jsonl and TensorBoard (off by default;
-    # tracking.py, README "Experiment tracking").
+    # metrics/wandb.py, README "Experiment tracking").
     wandb: WandbConfig = WandbConfig()
     # Sampler-vs-trainer log-prob drift is logged for every trained batch; True also scores
     # the untrained rollout batches (the verifier's feedback in generator steps, the
@@ -152,7 +152,7 @@ class RunConfig:
     scorer_timeout_s: float = 5.0  # per answer; a pathological one scores 0 and is counted
     # Collect each step's rollouts during the previous step's update (one step off-policy; off
     # in the paper). Needs trainer.loss.tis_cap (or use_sampler_logprobs) on every trained
-    # role. Concurrent only when every role samples with vLLM; see tango/overlap.py.
+    # role. Concurrent only when every role samples with vLLM; see run/overlap.py.
     overlap_rollouts: bool = False
 
     def __post_init__(self):

@@ -15,7 +15,7 @@ Resume: with `resume=True` and a checkpoint in run_dir, the loop restores both t
 schedule position, the class-balance EMA and the data position; sampling seeds are a function
 of (seed, step), so the following steps reproduce an uninterrupted run's metrics exactly (the
 JAX backend; vLLM's own kernels are not bit-reproducible across restarts). With
-`overlap_rollouts` the pipeline is drained at every checkpoint step (tango/overlap.py), so the
+`overlap_rollouts` the pipeline is drained at every checkpoint step (run/overlap.py), so the
 same holds.
 """
 
@@ -269,8 +269,9 @@ class TangoLoop:
         return final
 
     def _check_divergence(self, out, role: Role, step: int, norms: dict, ckpt) -> None:
-        """Stops (or warns) on a sign that the update destroyed the model (tango/divergence.py);
-        `norms` holds each role's parameter norm before its update and is advanced here."""
+        """Stops (or warns) on a sign that the update destroyed the model
+        (checkpoint/divergence.py); `norms` holds each role's parameter norm before its update
+        and is advanced here."""
         cfg = self.cfg.divergence
         signs = divergence_signs(
             out,
@@ -307,7 +308,7 @@ class TangoLoop:
 
     def _prefetch_due(self, step: int) -> bool:
         """Overlap: the next step is collected beside this step's update, except at the last
-        step and at checkpoint steps (the drain that keeps resume exact, tango/overlap.py)."""
+        step and at checkpoint steps (the drain that keeps resume exact, run/overlap.py)."""
         return (
             self.cfg.overlap_rollouts
             and step < self.schedule.total_steps

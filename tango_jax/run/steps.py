@@ -11,7 +11,7 @@ n verifications of each by the current verifier -> verifier rewards -> outcome a
 Each step is two halves: `collect` (everything sampled and scored: rollouts, outcome rewards,
 the verifier's judgments) and the update (`generator_step` / `verifier_step`: advantages, one
 update, weight sync). The loop runs them back to back, or, with `overlap_rollouts`, collects
-the next step's rollouts while this step's update runs (tango/overlap.py).
+the next step's rollouts while this step's update runs (run/overlap.py).
 
 Both return flat metrics with hierarchical names; timings go to `perf/<phase>_s`.
 """

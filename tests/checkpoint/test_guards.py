@@ -1,5 +1,5 @@
 """The run's guards: bad paths and run directories refused before anything is written, and
-the divergence signs. Damaged checkpoints and non-finite steps: test_checkpoint_guards.py.
+the divergence signs. Damaged checkpoints and non-finite steps: test_checkpoint/guards.py.
 
 Real components only: the `python -m tango_jax.train` entry point (for exit codes and files
 written), real HF checkpoint directories.

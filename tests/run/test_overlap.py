@@ -1,4 +1,4 @@
-"""Overlapped rollouts (`overlap_rollouts`, tango/overlap.py) on the tiny loop, shortened: which
+"""Overlapped rollouts (`overlap_rollouts`, run/overlap.py) on the tiny loop, shortened: which
 weights produced which batch (the lag logged per batch), the truncated importance weights
 in the loss (against NumPy), exact resume with a rollout in flight, a drained pipeline equal
 to the default run, and a failed background collection that loses nothing."""
