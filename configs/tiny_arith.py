@@ -26,8 +26,8 @@ balanced in full), held-out evaluations (generator accuracy greedy and sampled, 
 ProcessBench-style step F1). The structure is the paper's; sizes and learning rates are a CPU's
 (commented where they differ from configs/tango_qwen2_5_math_7b.py). Every field is documented
 where its dataclass is defined (tango_jax/config/run.py lists them); this file sets only what
-differs from the paper's defaults. Results over seeds: `scripts/study/study.py`, README.md "What the
-tiny run shows", docs/miniature.md.
+differs from the paper's defaults. Results over seeds: `scripts/study/study.py`, docs/results.md,
+docs/miniature.md.
 """
 
 from pathlib import Path
@@ -94,10 +94,10 @@ def get_config(arg: str = "tango"):
         # lr far above the paper's 1e-6: a 0.5M-parameter model, a few dozen updates. Both
         # roles at 1e-4. The verifier's lr was chosen on seed 0 only (main job, from the
         # phase-3 SFT verifier: held-out step F1 0.531 at 1e-4, 0.312 at 2e-4, 0.392 at
-        # 3e-4); seeds 1-5 were run afterwards (docs/miniature.md, README)
+        # 3e-4); seeds 1-5 were run afterwards (docs/miniature.md)
         role.trainer.optimizer.learning_rate = 1e-4
         # micro-batches of 8: the same gradient (exact accumulation), 1.2-2x faster on a 2-core
-        # CPU than 32-64 rows at once (README, Benchmarks)
+        # CPU than 32-64 rows at once (docs/benchmarks.md)
         role.trainer.micro_batch_size = 8
     # 40 verifier warm-up steps (the paper's number), then 48 steps of [G, G, G, V]:
     # 36 G and 52 V steps in all.
@@ -111,7 +111,7 @@ def get_config(arg: str = "tango"):
     c.data.arith.verifier_sft_analysis = "compare"
     c.data.arith.verifier_sft_facts = 0.5  # phase 2 (make_tiny_sft.py): 0.75
     # The verifier's RL (seed 0, 40 verifier-only steps from the shipped SFT; docs/miniature.md,
-    # sixth session): its reward counts the verdict only when some step judgment is INCORRECT
+    # History, 2026-11-25): its reward counts the verdict only when some step judgment is INCORRECT
     # exactly when the verdict is (still an outcome reward), and its classes are weighted by
     # 1 / frequency (the official YAML's default) instead of 1 / sqrt: step F1 0.45 -> 0.49,
     # AUROC of the first error's P(INCORRECT) 0.70 -> 0.79. With the plain verdict reward the

@@ -11,14 +11,14 @@ Three runs of the train command, SFT only (`schedule.total_steps=0`), from rando
 2. The verifier's second phase from the first (`PHASE_2`: 3000 steps x 32, lr 2e-3, three
    quarters fact checks). In the first phase the fact checks are learned only partly; with the
    second they are learned completely and carry over to the step judgments of transcripts
-   (docs/miniature.md, "Claim 1").
+   (docs/miniature.md, "The current configuration and why").
 3. A short calibration of the verifier from the second (`PHASE_3`: 10 steps x 32, lr 3e-4) in
    which a right solution's step judgments carry their outcome label, CORRECT
    (`verifier_sft_labels=unlabelled_wrong`; a wrong one's stay unlabelled). After phase 2 the
    verifier flags some step of 98% of right solutions; after phase 3, of 59%, and its step F1
    is 0.45 instead of 0.03. Outcome-reward RL with consistent verdicts needs a start that
    passes some right solutions (from the phase-2 verifier it collapses to INCORRECT
-   everywhere; docs/miniature.md, sixth session). The length was chosen on seed 0 and checked
+   everywhere; docs/miniature.md, History, 2026-11-25). The length was chosen on seed 0 and checked
    on other ProcessBench items (`data.seed=2`: 0.35 against 0.08); 30 steps at lr 1e-3 already
    pass every solution.
 
