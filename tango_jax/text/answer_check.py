@@ -211,15 +211,18 @@ _WORDS = re.compile(r"[^\W\d_]{2,}(?:\s+[^\W\d_]+)*")  # "True", "not proved": t
 
 
 def _sympy_equal(a: str, b: str) -> bool:
-    """The reference `is_latex_equal` fallback: the same sympy expression or the same numeric
+    r"""The reference `is_latex_equal` fallback: the same sympy expression or the same numeric
     value, first as written, then after Minerva normalisation; if that normalised form does not
     parse, equality of the normalised strings.
 
     The reference parses with sympy's antlr LaTeX parser, which needs antlr 4.11; Math-Verify
     pins antlr 4.13, so we parse with latex2sympy2_extended (Math-Verify's own sympy front end).
-    Answers made of words skip it: sympy reads "listen" and "silent" as the same product.
+    Answers made of words are compared as strings, never by sympy (which reads "listen" and
+    "silent" as the same product). The word test runs on the strings as written and again after
+    normalisation, so `\text{True}`, `\textbf{True}` and `True` are all the word True: in the
+    reference sympy fails on `\text{}` and the normalised strings then match.
     """
-    if max(len(a), len(b)) > _SYMPY_MAX_CHARS or _WORDS.fullmatch(a) or _WORDS.fullmatch(b):
+    if max(len(a), len(b)) > _SYMPY_MAX_CHARS:
         return False
     from latex2sympy2_extended import latex2sympy
 
@@ -227,12 +230,15 @@ def _sympy_equal(a: str, b: str) -> bool:
         ex, ey = latex2sympy(x), latex2sympy(y)
         return bool(ex == ey) or bool(ex.evalf() == ey.evalf())
 
-    try:
-        if same(a, b):
-            return True
-    except Exception:
-        pass
+    if not (_WORDS.fullmatch(a) or _WORDS.fullmatch(b)):
+        try:
+            if same(a, b):
+                return True
+        except Exception:
+            pass
     na, nb = _minerva_normalize(a), _minerva_normalize(b)
+    if _WORDS.fullmatch(na) or _WORDS.fullmatch(nb):
+        return na == nb
     try:
         return same(na, nb)
     except Exception:
