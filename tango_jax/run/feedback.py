@@ -55,14 +55,15 @@ def score_solutions(
     kind: rewards.RewardKind = rewards.RewardKind.MATH,
 ) -> tuple[list[Solution], dict[str, float]]:
     """Rule-based rewards of every completion (math-verify in the scoring pool; `kind` picks
-    an OOD benchmark's answer check). Flattened in prompt-major order: solution i*n + j is
-    sample j of problem i."""
+    an OOD benchmark's answer check, or the run's own function, CUSTOM). Flattened in
+    prompt-major order: solution i*n + j is sample j of problem i."""
     flat = [(p, c) for p, cs in zip(problems, completions) for c in cs]
     scored = scorer.score(
         [c.text for _, c in flat],
         [p.answer for p, _ in flat],
         kind,
         timeout_s=timeout_s,
+        questions=[p.question for p, _ in flat],
     )
     solutions = [
         Solution(

@@ -134,7 +134,11 @@ class TangoLoop:
                 k.value: ModelInfo.from_model(r.model, r.init_path) for k, r in trained.items()
             },
         )
-        scorer = OutcomeScorer(num_workers=cfg.scorer_workers, timeout_s=cfg.scorer_timeout_s)
+        scorer = OutcomeScorer(
+            num_workers=cfg.scorer_workers,
+            timeout_s=cfg.scorer_timeout_s,
+            reward_function=cfg.data.reward,
+        )
         ctx = StepContext(cfg, gen, ver, scorer)
         state = HostState()
         metrics = None
@@ -175,6 +179,7 @@ class TangoLoop:
             sampled_seed=self.cfg.seed if self.cfg.eval.sampled else None,
             sampled_n=self.cfg.eval.sampled_n,
             process_items=self.process_items,
+            kind=self.cfg.data.reward_kind,
         )
         # Its own timer: evaluation time is reported as perf/eval_*, never as the step's time.
         timings = self.eval_timer.metrics()
