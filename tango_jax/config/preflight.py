@@ -51,6 +51,7 @@ RESUME_MAY_CHANGE: tuple[str, ...] = (
     "resume",
     "resume_may_change",
     "tensorboard",
+    "log_rollouts",
     "wandb",
     "scorer_workers",
     "drift_all_batches",
