@@ -37,3 +37,12 @@ def sleeps(completion: str, answer: str, question: str) -> float:
 
 def two_arguments(completion: str, answer: str) -> float:
     return 1.0
+
+
+def digit_share(completion: str, answer: str, question: str) -> float:
+    """The share of digits in the completion, smoothed to lie strictly between 0 and 1: a
+    reward Math-Verify could not give (it gives 0 or 1), so a run whose rewards match it used
+    this function. Needs the question."""
+    if not question:
+        raise ValueError("no question passed")
+    return (sum(ch.isdigit() for ch in completion) + 1) / (len(completion) + 2)
