@@ -33,6 +33,7 @@ from tango_jax.data.prompts import DataSource
 from tango_jax.metrics.wandb import check_installed
 from tango_jax.schema import ConfigError, config_dict, to_dict
 from tango_jax.tango.kind import Kind
+from tango_jax.text import reward_function
 from tango_jax.text.template_files import load_templates
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ RESUME_MAY_CHANGE: tuple[str, ...] = (
     "resume",
     "resume_may_change",
     "tensorboard",
+    "log_rollouts",
     "wandb",
     "scorer_workers",
     "drift_all_batches",
@@ -153,6 +155,8 @@ def check_paths(cfg: RunConfig) -> None:
         _check_data_file("data.train_path", cfg.data.train_path)
         _check_data_file("data.eval_path", cfg.data.eval_path)
     load_templates(cfg.data.prompt_style, cfg.data.template_files)  # files exist and check out
+    if cfg.data.reward:  # imports, and is a function of (completion, answer, question)
+        reward_function.load(cfg.data.reward)
     check_installed(cfg.wandb)  # W&B logging on: the package is there
 
 

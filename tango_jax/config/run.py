@@ -28,6 +28,7 @@ from tango_jax.checkpoint.divergence import DivergenceConfig
 from tango_jax.config.roles import RoleConfig, RolloutSettings, SamplerBackend
 from tango_jax.config.stages import CheckpointConfig, EvalConfig, SFTConfig
 from tango_jax.data.prompts import DataConfig, DataSource
+from tango_jax.metrics.rollouts import RolloutLogConfig
 from tango_jax.metrics.wandb import WandbConfig
 from tango_jax.parallel.distributed import DistributedConfig
 from tango_jax.parallel.mesh import MeshConfig
@@ -141,6 +142,9 @@ class RunConfig:
     # non-finite metric always stops the run.
     divergence: DivergenceConfig = DivergenceConfig()
     tensorboard: bool = True
+    # What the models wrote (prompts, solutions, rewards, the verifier's judgments), every k
+    # steps, in run_dir/rollouts/ (and W&B tables); bounded in size (metrics/rollouts.py).
+    log_rollouts: RolloutLogConfig = RolloutLogConfig()
     # Weights & Biases logging beside metrics.jsonl and TensorBoard (off by default;
     # metrics/wandb.py, README "Experiment tracking").
     wandb: WandbConfig = WandbConfig()

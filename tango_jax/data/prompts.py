@@ -21,6 +21,7 @@ from typing import Any
 from tango_jax.data import datasets, synthetic
 from tango_jax.data.datasets import Problem, PromptStream, StreamPosition
 from tango_jax.data.synthetic import ArithConfig, SyntheticStream
+from tango_jax.text.answer_check import RewardKind
 from tango_jax.text.template_files import TemplateFiles, load_templates
 from tango_jax.text.templates import (
     PromptStyle,
@@ -54,6 +55,15 @@ class DataConfig:
     # Files with the user's own prompt templates per role and variant (the official ones, say),
     # replacing prompt_style's built-ins; "" = built in (tango/template_files.py, README).
     template_files: TemplateFiles = TemplateFiles()
+    # The outcome reward: "" = Math-Verify against the gold answer (the paper's); or a function
+    # of your own, "module:function" called as f(completion, answer, question) -> [0, 1]
+    # (text/reward_function.py, docs/reward.md).
+    reward: str = ""
+
+    @property
+    def reward_kind(self) -> RewardKind:
+        """Which check scores the outcome reward of this data (training and held-out)."""
+        return RewardKind.CUSTOM if self.reward else RewardKind.MATH
 
     @functools.cached_property
     def templates(self) -> PromptTemplates:

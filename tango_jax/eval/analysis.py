@@ -1,8 +1,9 @@
 """Reading and plotting runs: the functions behind notebooks/analysis.ipynb.
 
     runs = load_runs({"tango": "runs/tiny_arith", "grpo": "runs/tiny_arith_grpo"})
-    plot_curves(runs, ["generator/accuracy", "eval/generator/accuracy"])
+    plot_curves(runs, HELD_OUT_CURVES)     # held-out accuracy, step F1, ... over steps
     eval_table(runs)        # {run: {metric: (first value, last value)}}
+    print(rollout_text("runs/tiny_arith", rows=3))   # a few rows of the rollout log
 
     evals = load_evaluations(find_evaluations({"tango": "runs/tiny_arith"}))
     print(table1(evals))    # `python -m tango_jax.evaluate` outputs: one row per evaluation
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from tango_jax.eval import report as R
+from tango_jax.metrics.rollouts import logged_steps, read_rollouts
 from tango_jax.metrics.writer import metric_columns, read_metrics
 
 Run = dict[str, np.ndarray]
@@ -39,6 +41,16 @@ EVAL_METRICS = (
     "eval/verifier/f1",
     "eval/verifier/f1_incorrect",
 )
+# Held-out evaluation over training (eval.every_generator_steps): greedy and sampled pass@1,
+# the verifier's step F1 on the miniature ProcessBench (synthetic task only) and its verdicts.
+HELD_OUT_CURVES = (
+    "eval/generator/accuracy",
+    "eval/generator/sampled_accuracy",
+    "eval/verifier/step_f1",
+    "eval/verifier/verdict_accuracy",
+    "eval/verifier/f1",
+    "eval/generator/response_len",
+)
 TRAINING_CURVES = (
     "generator/accuracy",
     "generator/reward/mean",
@@ -47,8 +59,17 @@ TRAINING_CURVES = (
     "verifier/verdict_accuracy",
     "verifier/f1",
     "verifier/reward/mean",
-    "generator/train/kl",
+    "generator/train/loss/kl",  # KL to the reference model (only with trainer.loss.kl_coef > 0)
+    "verifier/train/loss/kl",
+    "generator/train/loss/entropy",  # token entropy (only with trainer.loss.entropy_coef != 0)
+    "verifier/train/loss/entropy",
     "generator/response_len/mean",
+)
+# Throughput: tokens per second of each phase, and seconds per step.
+THROUGHPUT_CURVES = (
+    "perf/generate_tokens_per_s",
+    "perf/verify_tokens_per_s",
+    "perf/train_tokens_per_s",
     "perf/step_s",
 )
 
@@ -92,6 +113,8 @@ def eval_table(
 
 def format_table(table: Mapping[str, Mapping[str, tuple[float, float]]]) -> str:
     """A markdown table of `eval_table` output: one row per run, 'first -> last' cells."""
+    if not table:
+        return "(no runs)"
     metrics = list(next(iter(table.values())))
     lines = [
         "| run | " + " | ".join(m.removeprefix("eval/") for m in metrics) + " |",
@@ -117,21 +140,27 @@ def plot_curves(
     rows = -(-len(metrics) // columns)
     fig, axes = plt.subplots(rows, columns, figsize=(4.5 * columns, 3.2 * rows), squeeze=False)
     for ax, metric in zip(axes.flat, metrics):
+        logged = False
         for name, run in runs.items():
             steps, values = series(run, metric)
             if values.size:
+                logged = True
                 ax.plot(
                     steps,
                     smooth(values, window),
                     label=name,
                     marker="." if values.size < 30 else None,
                 )
+        if not logged:
+            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes)
         ax.set_title(metric, fontsize=9)
         ax.set_xlabel("global step")
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(metrics) :]:
         ax.axis("off")
-    axes.flat[0].legend(fontsize=8)
+    labelled = [ax for ax in axes.flat if ax.get_legend_handles_labels()[0]]
+    if labelled:  # the run names, once, on the first panel with data
+        labelled[0].legend(fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -332,3 +361,50 @@ def verifier_diagnostics(evals: Mapping[str, Mapping[str, Any]]) -> str:
                 )
     header = ["Evaluation", "split", "erroneous / correct", "acc. err.", "acc. corr.", "F1"]
     return _table([*header, "unreadable", "K match"], rows)
+
+
+# --- rollout logs (run_dir/rollouts/, config log_rollouts) ------------------------------------
+
+
+def _clip(text: str, chars: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= chars else text[:chars] + " ..."
+
+
+def _verification_line(v: Mapping[str, Any]) -> str:
+    verdict = {1: "CORRECT", 0: "INCORRECT", None: "unreadable"}[v["verdict"]]
+    line = f"verdict {verdict}, step judgments {v['step_judgments']}"
+    if v.get("step_rewards") is not None:
+        line += f", step rewards {[round(x, 3) for x in v['step_rewards']]}"
+    if "advantage" in v:
+        line += f", advantage {v['advantage']:+.3f}"
+    return line
+
+
+def rollout_text(
+    run_dir: str | os.PathLike, *, step: int | None = None, rows: int = 3, chars: int = 300
+) -> str:
+    """`rows` rows of the rollout log of `step` (default: the last logged step) as text: the
+    question, the gold answer, the generator's solution and rewards, the verifier's judgments;
+    texts shortened to `chars` characters."""
+    steps = logged_steps(run_dir)
+    if not steps:
+        return f"no rollout log in {run_dir}/rollouts (config log_rollouts.every_steps)"
+    step = steps[-1] if step is None else step
+    out = []
+    for r in read_rollouts(run_dir, [step])[:rows]:
+        head = (
+            f"step {r['step']} ({r['phase']}), problem {r['problem']} sample {r['sample']}: "
+            f"outcome reward {r['outcome_reward']:.2f} ({'correct' if r['correct'] else 'wrong'})"
+        )
+        if "advantage" in r:
+            head += f", advantage {r['advantage']:+.3f}"
+        lines = [
+            head,
+            f"  question: {_clip(r['question'], chars)}",
+            f"  answer:   {_clip(r['answer'], chars)}",
+            f"  solution: {_clip(r['solution'], chars)}",
+        ]
+        lines += [f"  verifier: {_verification_line(v)}" for v in r["verifications"]]
+        out.append("\n".join(lines))
+    return "\n\n".join(out)

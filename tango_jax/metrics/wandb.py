@@ -3,6 +3,7 @@
     sink = wandb_sink(cfg.wandb, run_dir, run_name=cfg.name, config=to_dict(cfg))
                                               # None unless wandb.enable (and process 0)
     MetricsWriter(run_dir, wandb=sink)        # every written step is also logged to W&B
+    RolloutLog(run_dir, cfg.log_rollouts, wandb=sink)   # and the rollout logs, as tables
 
 Off by default. `wandb.enable=True` logs each step's metrics (same names, same step) to the W&B
 run `wandb.name` (default: the config's `name`) of `wandb.project`; `wandb.mode=offline`
@@ -19,9 +20,10 @@ from __future__ import annotations
 import dataclasses
 import enum
 import importlib.util
+import json
 import math
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,8 +92,21 @@ class WandbSink:
             row["phase"] = phase
         self._run.log(row, step=step)
 
+    def log_table(self, step: int, key: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        """`rows` (dicts, the first one's keys as columns) as the W&B table `key` at `step`;
+        lists and dicts in cells become JSON text."""
+        import wandb
+
+        columns = list(rows[0])
+        data = [[_cell(row.get(c)) for c in columns] for row in rows]
+        self._run.log({key: wandb.Table(columns=columns, data=data)}, step=step)
+
     def close(self) -> None:
         self._run.finish()
+
+
+def _cell(value: Any) -> Any:
+    return json.dumps(value) if isinstance(value, list | dict) else value
 
 
 def wandb_sink(

@@ -137,6 +137,11 @@ class MetricsWriter:
             purge = None if resume_step is None else resume_step + 1
             self._tb = SummaryWriter(str(self.run_dir / TENSORBOARD_SUBDIR), purge_step=purge)
 
+    @property
+    def wandb(self) -> WandbSink | None:
+        """The W&B run this writer logs to (the rollout log adds its tables to it)."""
+        return self._wandb
+
     def write(self, step: int, metrics: Mapping[str, Any], *, phase: str | None = None) -> None:
         """One line for `step` (strictly after the previous one): names -> scalars.
 

@@ -13,7 +13,7 @@ from tango_jax.metrics.writer import PhaseTimer
 from tango_jax.rollout.base import Completion, Prompt
 from tango_jax.run import feedback
 from tango_jax.run.roles import Role
-from tango_jax.tango.rewards import OutcomeScorer
+from tango_jax.tango.rewards import OutcomeScorer, RewardKind
 from tango_jax.text import formats, templates
 from tango_jax.text.process_bench import (
     ProcessItem,
@@ -35,17 +35,18 @@ def evaluate(
     sampled_seed: int | None = None,
     sampled_n: int = 1,
     process_items: Sequence[ProcessItem] = (),
+    kind: RewardKind = RewardKind.MATH,
 ) -> dict[str, float]:
     """Greedy pass@1 of the generator and the verifier's greedy verdicts on those solutions;
     with `sampled_seed`, also `eval/generator/sampled_accuracy`: the mean over `sampled_n`
     samples per problem at the training temperature; with `process_items`, the verifier's
     ProcessBench-style scores on them (`eval/verifier/step_f1` and its two accuracies,
-    `process_bench.py`)."""
+    `process_bench.py`). `kind`: the outcome reward's check (the run's `data.reward_kind`)."""
     prompts = generator_prompts(generator, problems, style)
     with timer("eval_generate"):
         outs = generator.generate(prompts, generator.eval_params())
     solutions, reward_metrics = feedback.score_solutions(
-        scorer, problems, outs, timeout_s=timeout_s
+        scorer, problems, outs, timeout_s=timeout_s, kind=kind
     )
     metrics = {
         "eval/generator/accuracy": float(np.mean([s.correct for s in solutions])),

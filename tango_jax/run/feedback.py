@@ -17,6 +17,7 @@ from tango_jax.data.datasets import Problem
 from tango_jax.rollout.base import Completion, Prompt
 from tango_jax.run.roles import Role
 from tango_jax.tango import rewards
+from tango_jax.tango.schedule import Phase
 from tango_jax.text import formats, templates
 from tango_jax.text.process_bench import predicted_error_step, process_scores
 
@@ -46,6 +47,26 @@ class Judgment:
     reward: float  # 1[verdict == correct] + γ·format, 0 if the verdict is unparsable
 
 
+@dataclasses.dataclass(frozen=True)
+class Rollouts:
+    """Everything one global step samples and scores before its update (`collect`).
+
+    G step: `solutions` are the generator's n samples per problem, `judged` the verifier's
+    feedback on them (None in the generator warm-up or without a step term). V step:
+    `solutions` are one generator sample per problem, `judged` the verifier's n judgments of
+    each. Every completion carries the weight version that produced it. `steps.collect` makes
+    it; the step's update and the rollout log (rollout_rows.py) read it."""
+
+    step: int
+    phase: Phase
+    problems: Sequence[Problem]
+    prompts: list[Prompt]  # generator prompts [P]
+    solutions: list[Solution]
+    reward_metrics: dict[str, float]
+    ver_prompts: list[Prompt] | None  # verifier prompts [S], one per solution
+    judged: list[list[Judgment]] | None  # [S][n]
+
+
 def score_solutions(
     scorer: rewards.OutcomeScorer,
     problems: Sequence[Problem],
@@ -55,14 +76,15 @@ def score_solutions(
     kind: rewards.RewardKind = rewards.RewardKind.MATH,
 ) -> tuple[list[Solution], dict[str, float]]:
     """Rule-based rewards of every completion (math-verify in the scoring pool; `kind` picks
-    an OOD benchmark's answer check). Flattened in prompt-major order: solution i*n + j is
-    sample j of problem i."""
+    an OOD benchmark's answer check, or the run's own function, CUSTOM). Flattened in
+    prompt-major order: solution i*n + j is sample j of problem i."""
     flat = [(p, c) for p, cs in zip(problems, completions) for c in cs]
     scored = scorer.score(
         [c.text for _, c in flat],
         [p.answer for p, _ in flat],
         kind,
         timeout_s=timeout_s,
+        questions=[p.question for p, _ in flat],
     )
     solutions = [
         Solution(

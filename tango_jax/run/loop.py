@@ -8,6 +8,7 @@ Run directory layout:
     sft/<role>/            HF checkpoints after the SFT stage (RL starts from these)
     checkpoints/<step>/    orbax checkpoints (both trainers, host state), last k kept
     metrics.jsonl          one line per global step (and step 0: evaluation before training)
+    rollouts/              every log_rollouts.every_steps steps, what the models wrote
     tensorboard/           the same metrics for TensorBoard
     hf/<role>/             HF export of the final models
 
@@ -42,6 +43,7 @@ from tango_jax.config.run import RunConfig, enabled_roles, trained_roles
 from tango_jax.data import synthetic_labels
 from tango_jax.data.datasets import StreamPosition
 from tango_jax.data.prompts import DataSource, load_prompts
+from tango_jax.metrics.rollouts import RolloutLog
 from tango_jax.metrics.wandb import wandb_sink
 from tango_jax.metrics.writer import MetricsWriter, NoMetrics, PhaseTimer, Progress
 from tango_jax.models import save_pretrained
@@ -134,7 +136,11 @@ class TangoLoop:
                 k.value: ModelInfo.from_model(r.model, r.init_path) for k, r in trained.items()
             },
         )
-        scorer = OutcomeScorer(num_workers=cfg.scorer_workers, timeout_s=cfg.scorer_timeout_s)
+        scorer = OutcomeScorer(
+            num_workers=cfg.scorer_workers,
+            timeout_s=cfg.scorer_timeout_s,
+            reward_function=cfg.data.reward,
+        )
         ctx = StepContext(cfg, gen, ver, scorer)
         state = HostState()
         metrics = None
@@ -145,6 +151,7 @@ class TangoLoop:
                     stream, _ = self._data(state.data)
                 log.info("resumed from step %d", state.step)
             metrics = self._metrics_writer(None if host is None else state.step)
+            ctx.rollout_log = self._rollout_log(state.step, metrics)
             if host is None and cfg.eval.before_train:
                 metrics.write(0, self._evaluate(ctx, eval_problems), phase="eval")
             final = self._train(ctx, trained, stream, eval_problems, ckpt, metrics, state)
@@ -175,6 +182,7 @@ class TangoLoop:
             sampled_seed=self.cfg.seed if self.cfg.eval.sampled else None,
             sampled_n=self.cfg.eval.sampled_n,
             process_items=self.process_items,
+            kind=self.cfg.data.reward_kind,
         )
         # Its own timer: evaluation time is reported as perf/eval_*, never as the step's time.
         timings = self.eval_timer.metrics()
@@ -197,6 +205,14 @@ class TangoLoop:
                 self.cfg.wandb, self.run_dir, run_name=self.cfg.name, config=to_dict(self.cfg)
             ),
         )
+
+    def _rollout_log(self, after_step: int, metrics) -> RolloutLog | None:
+        """Process 0's rollout log (run_dir/rollouts/), without the files of steps after
+        `after_step` (a crashed attempt's); None on the other processes."""
+        if jax.process_index() != 0:
+            return None
+        sink = metrics.wandb if isinstance(metrics, MetricsWriter) else None
+        return RolloutLog(self.run_dir, self.cfg.log_rollouts, after_step=after_step, wandb=sink)
 
     def _restore(self, ckpt: RunCheckpointer, trained: dict[Kind, Role]) -> HostState:
         trainers, saved = ckpt.restore(None, _trainer_states(trained))

@@ -13,7 +13,9 @@ the verifier's judgments) and the update (`generator_step` / `verifier_step`: ad
 update, weight sync). The loop runs them back to back, or, with `overlap_rollouts`, collects
 the next step's rollouts while this step's update runs (run/overlap.py).
 
-Both return flat metrics with hierarchical names; timings go to `perf/<phase>_s`.
+Both return flat metrics with hierarchical names; timings go to `perf/<phase>_s`. On the steps
+the rollout log is due (`log_rollouts`), both also write what they trained on there
+(rollout_rows.py).
 """
 
 from __future__ import annotations
@@ -28,12 +30,14 @@ import numpy as np
 
 from tango_jax.config.run import RunConfig
 from tango_jax.data.datasets import Problem
+from tango_jax.metrics.rollouts import RolloutLog
 from tango_jax.metrics.writer import PhaseTimer
 from tango_jax.rl.advantages import outcome_advantages
 from tango_jax.rl.batch import TrainBatch, make_batch
 from tango_jax.rollout.base import Prompt
 from tango_jax.rollout.drift import logprob_drift
-from tango_jax.run import feedback
+from tango_jax.run import feedback, rollout_rows
+from tango_jax.run.feedback import Rollouts
 from tango_jax.run.roles import Role
 from tango_jax.tango.class_balance import ClassBalanceState, class_weights, update_class_balance
 from tango_jax.tango.kind import Kind
@@ -67,6 +71,12 @@ class StepContext:
     generator: Role
     verifier: Role | None
     scorer: OutcomeScorer
+    rollout_log: RolloutLog | None = None  # process 0 of a run that logs rollouts
+
+
+def _rollout_log_due(ctx: StepContext, step: int) -> RolloutLog | None:
+    log = ctx.rollout_log
+    return log if log is not None and log.due(step) else None
 
 
 def _mean(xs) -> float:
@@ -109,7 +119,7 @@ def _sample_and_score(
         rec.tokens += _generated_tokens(c for group in outs for c in group)
     with timer("reward"):
         solutions, reward_metrics = feedback.score_solutions(
-            ctx.scorer, problems, outs, timeout_s=cfg.scorer_timeout_s
+            ctx.scorer, problems, outs, timeout_s=cfg.scorer_timeout_s, kind=cfg.data.reward_kind
         )
     return prompts, solutions, reward_metrics
 
@@ -139,25 +149,6 @@ def _judge(
         )
         rec.tokens += _generated_tokens(j.completion for row in judged for j in row)
     return ver_prompts, judged
-
-
-@dataclasses.dataclass(frozen=True)
-class Rollouts:
-    """Everything one global step samples and scores before its update (`collect`).
-
-    G step: `solutions` are the generator's n samples per problem, `judged` the verifier's
-    feedback on them (None in the generator warm-up or without a step term). V step:
-    `solutions` are one generator sample per problem, `judged` the verifier's n judgments of
-    each. Every completion carries the weight version that produced it."""
-
-    step: int
-    phase: Phase
-    problems: Sequence[Problem]
-    prompts: list[Prompt]  # generator prompts [P]
-    solutions: list[feedback.Solution]
-    reward_metrics: dict[str, float]
-    ver_prompts: list[Prompt] | None  # verifier prompts [S], one per solution
-    judged: list[list[feedback.Judgment]] | None  # [S][n]
 
 
 def _uses_feedback(ctx: StepContext, warmup: bool) -> bool:
@@ -321,6 +312,17 @@ def generator_step(
         reinforce_pp_baseline=alg.reinforce_pp_baseline,
     )
     batch = dataclasses.replace(batch, advantages=np.asarray(a, np.float32))
+    if log := _rollout_log_due(ctx, rollouts.step):
+        rows = rollout_rows.generator_rows(
+            rollouts,
+            rewards_b,
+            batch.advantages,
+            gen.tokenizer,
+            group=n,
+            with_step_advantages=has_step_term,
+            max_rows=log.max_rows,
+        )
+        log.write(rollouts.step, rows, phase=rollout_rows.phase_name(rollouts))
     metrics |= _train(gen, batch, timer, during_update)
     mask = batch.response_mask > 0
     metrics |= {
@@ -400,6 +402,9 @@ def verifier_step(
         reinforce_pp_baseline=alg.reinforce_pp_baseline,
     )
     batch = dataclasses.replace(batch, advantages=np.asarray(a, np.float32))
+    if log := _rollout_log_due(ctx, rollouts.step):
+        rows = rollout_rows.verifier_rows(rollouts, batch.advantages[:, 0], max_rows=log.max_rows)
+        log.write(rollouts.step, rows, phase=rollout_rows.phase_name(rollouts))
     metrics = {f"verifier/solutions/{k}": v for k, v in reward_metrics.items()}
     metrics["verifier/policy_lag"] = _lag(ver, [j.completion for j in flat])
     metrics["verifier/solutions/generator_lag"] = _lag(gen, [s.completion for s in solutions])

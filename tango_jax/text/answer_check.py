@@ -43,6 +43,7 @@ class RewardKind(enum.Enum):
     MATH = "math"  # Math-Verify: Eurus-2-RL-Data, MATH500, AIME24/25, AMC23, OlympiadBench
     BOXED = "boxed"  # normalised boxed-answer equality: BGQA, StrategyQA, TableBench
     CRUXEVAL = "cruxeval"  # Python-literal equality of the boxed answer: CRUXEval
+    CUSTOM = "custom"  # the run's own function, config `data.reward` (text/reward_function.py)
 
 
 # --------------------------------------------------------------------------------------------
@@ -211,15 +212,18 @@ _WORDS = re.compile(r"[^\W\d_]{2,}(?:\s+[^\W\d_]+)*")  # "True", "not proved": t
 
 
 def _sympy_equal(a: str, b: str) -> bool:
-    """The reference `is_latex_equal` fallback: the same sympy expression or the same numeric
+    r"""The reference `is_latex_equal` fallback: the same sympy expression or the same numeric
     value, first as written, then after Minerva normalisation; if that normalised form does not
     parse, equality of the normalised strings.
 
     The reference parses with sympy's antlr LaTeX parser, which needs antlr 4.11; Math-Verify
     pins antlr 4.13, so we parse with latex2sympy2_extended (Math-Verify's own sympy front end).
-    Answers made of words skip it: sympy reads "listen" and "silent" as the same product.
+    Answers made of words are compared as strings, never by sympy (which reads "listen" and
+    "silent" as the same product). The word test runs on the strings as written and again after
+    normalisation, so `\text{True}`, `\textbf{True}` and `True` are all the word True: in the
+    reference sympy fails on `\text{}` and the normalised strings then match.
     """
-    if max(len(a), len(b)) > _SYMPY_MAX_CHARS or _WORDS.fullmatch(a) or _WORDS.fullmatch(b):
+    if max(len(a), len(b)) > _SYMPY_MAX_CHARS:
         return False
     from latex2sympy2_extended import latex2sympy
 
@@ -227,12 +231,15 @@ def _sympy_equal(a: str, b: str) -> bool:
         ex, ey = latex2sympy(x), latex2sympy(y)
         return bool(ex == ey) or bool(ex.evalf() == ey.evalf())
 
-    try:
-        if same(a, b):
-            return True
-    except Exception:
-        pass
+    if not (_WORDS.fullmatch(a) or _WORDS.fullmatch(b)):
+        try:
+            if same(a, b):
+                return True
+        except Exception:
+            pass
     na, nb = _minerva_normalize(a), _minerva_normalize(b)
+    if _WORDS.fullmatch(na) or _WORDS.fullmatch(nb):
+        return na == nb
     try:
         return same(na, nb)
     except Exception:
@@ -313,23 +320,39 @@ class ItemStatus(enum.Enum):
     ERROR = "error"
 
 
+class ItemResult(NamedTuple):
+    """One item's score and how its check ended; `error`: "<type>: <message>" of an ERROR."""
+
+    score: float
+    status: ItemStatus
+    error: str = ""
+
+
 def check_timeout(timeout_s: float | None) -> None:
     """Rejects a limit that is not a positive number of seconds (None means no limit)."""
     if timeout_s is not None and not timeout_s > 0:
         raise ValueError(f"timeout_s ({timeout_s}) must be > 0 seconds, or None for no limit.")
 
 
-def score_item(kind: RewardKind, response: str, gold: str, timeout_s: float | None):
-    """(score, status) of one check under `timeout_s` (main thread only; None: no limit).
+def score_call(
+    fn: Callable[[str, str], float], response: str, gold: str, timeout_s: float | None
+) -> ItemResult:
+    """fn(response, gold) under `timeout_s` (main thread only; None: no limit).
 
     The score is 0 on a timeout or any error, so a bad item never stops a run.
     """
     try:
-        return _run_with_alarm(_SCORE_FNS[kind], response, gold, timeout_s), ItemStatus.OK
+        return ItemResult(_run_with_alarm(fn, response, gold, timeout_s), ItemStatus.OK)
     except _ItemTimeout:
-        return 0.0, ItemStatus.TIMEOUT
-    except Exception:
-        return 0.0, ItemStatus.ERROR
+        return ItemResult(0.0, ItemStatus.TIMEOUT)
+    except Exception as e:
+        return ItemResult(0.0, ItemStatus.ERROR, f"{type(e).__name__}: {e}"[:500])
+
+
+def score_item(kind: RewardKind, response: str, gold: str, timeout_s: float | None) -> ItemResult:
+    """The `kind` check of one item under `timeout_s` (`score_call`); CUSTOM is scored by the
+    pool's workers, which hold the run's function."""
+    return score_call(_SCORE_FNS[kind], response, gold, timeout_s)
 
 
 def outcome_reward(response: str, gold: str, *, timeout_s: float | None = DEFAULT_TIMEOUT_S):
@@ -339,7 +362,7 @@ def outcome_reward(response: str, gold: str, *, timeout_s: float | None = DEFAUL
     on the main thread; see the module docstring). Use OutcomeScorer for batches.
     """
     check_timeout(timeout_s)
-    return score_item(RewardKind.MATH, response, gold, timeout_s)[0]
+    return score_item(RewardKind.MATH, response, gold, timeout_s).score
 
 
 def boxed_equal_reward(response: str, gold: str, *, timeout_s: float | None = DEFAULT_TIMEOUT_S):
@@ -347,11 +370,11 @@ def boxed_equal_reward(response: str, gold: str, *, timeout_s: float | None = DE
     equals the gold after Hendrycks normalisation or by sympy, else 0.0 (BGQA, StrategyQA,
     TableBench). Errors and timeouts give 0.0."""
     check_timeout(timeout_s)
-    return score_item(RewardKind.BOXED, response, gold, timeout_s)[0]
+    return score_item(RewardKind.BOXED, response, gold, timeout_s).score
 
 
 def cruxeval_reward(response: str, gold: str, *, timeout_s: float | None = DEFAULT_TIMEOUT_S):
     """1.0 if the last boxed answer of the response equals the gold as a Python literal
     (`ast.literal_eval`, raw strings when that fails), else 0.0."""
     check_timeout(timeout_s)
-    return score_item(RewardKind.CRUXEVAL, response, gold, timeout_s)[0]
+    return score_item(RewardKind.CRUXEVAL, response, gold, timeout_s).score

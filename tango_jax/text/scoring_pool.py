@@ -6,12 +6,17 @@ of worker processes, each started as a fresh interpreter (never forked from the 
 scores one item at a time under the alarm on its main thread, and a worker that has not answered
 `grace_s` after its item's limit is killed and replaced. A timed-out or failing item scores 0 and
 is counted; nothing blocks the run.
+
+A run's own reward function (config `data.reward`, text/reward_function.py) is scored the same
+way, as `RewardKind.CUSTOM`: each worker imports it once at start.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
+import logging
 import os
 import socket
 import subprocess
@@ -24,13 +29,18 @@ from multiprocessing.connection import Connection, wait
 
 import numpy as np
 
+from tango_jax.text import reward_function
 from tango_jax.text.answer_check import (
     DEFAULT_TIMEOUT_S,
+    ItemResult,
     ItemStatus,
     RewardKind,
     check_timeout,
+    score_call,
     score_item,
 )
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -75,13 +85,20 @@ class ScorerStats:
     restarts: int
 
 
-def _serve(fd: int) -> None:
-    """A worker's loop: receive (index, kind, response, gold, timeout_s) on socket `fd`, send back
-    (index, score, status); a None message or a closed socket ends it. Runs in a fresh
-    interpreter started by OutcomeScorer, on its main thread, so the alarm works."""
+def _custom_score(fn: reward_function.RewardFunction, question: str, response: str, gold: str):
+    return reward_function.checked(fn(response, gold, question))
+
+
+def _serve(fd: int, reward_spec: str = "") -> None:
+    """A worker's loop: receive (index, kind, response, gold, question, timeout_s) on socket
+    `fd`, send back (index, score, status, error); a None message or a closed socket ends it.
+    Runs in a fresh interpreter started by OutcomeScorer, on its main thread, so the alarm
+    works. `reward_spec`: the run's own reward function ("module:function"), for CUSTOM items."""
     conn = Connection(fd)
+    custom = reward_function.load(reward_spec) if reward_spec else None
     for kind in RewardKind:  # import everything and warm the caches before saying ready
-        score_item(kind, "\\boxed{1}", "1", None)
+        if kind is not RewardKind.CUSTOM:
+            score_item(kind, "\\boxed{1}", "1", None)
     conn.send(("ready", os.getpid()))
     while True:
         try:
@@ -90,9 +107,16 @@ def _serve(fd: int) -> None:
             return
         if message is None:
             return
-        index, kind, response, gold, timeout_s = message
-        score, status = score_item(RewardKind(kind), response, gold, timeout_s)
-        conn.send((index, score, status.value))
+        index, kind, response, gold, question, timeout_s = message
+        if RewardKind(kind) is not RewardKind.CUSTOM:
+            result = score_item(RewardKind(kind), response, gold, timeout_s)
+        elif custom is None:
+            result = ItemResult(0.0, ItemStatus.ERROR, "no reward function (data.reward)")
+        else:
+            result = score_call(
+                functools.partial(_custom_score, custom, question), response, gold, timeout_s
+            )
+        conn.send((index, result.score, result.status.value, result.error))
 
 
 _MAX_FAILED_STARTS = 3  # workers that die before ready, in a row, before score() gives up
@@ -108,15 +132,18 @@ class _Worker:
     deadline: float = 0.0
 
 
-def _start_worker() -> _Worker:
+def _start_worker(reward_spec: str = "", reward_root: str = "") -> _Worker:
     """Starts `python -c "..._serve(fd)"` with one end of a socket pair. A fresh interpreter
     (fork+exec in C, safe beside JAX's threads) imports only this module, not the caller's
-    __main__ as multiprocessing's spawn would (for `python -m tango_jax.train`: all of JAX)."""
+    __main__ as multiprocessing's spawn would (for `python -m tango_jax.train`: all of JAX).
+    `reward_root`: the folder the trainer found the reward function's module in."""
     parent, child = socket.socketpair()
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    code = f"from tango_jax.text.scoring_pool import _serve; _serve({child.fileno()})"
+    paths = (root, reward_root, env.get("PYTHONPATH"))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    serve = f"_serve({child.fileno()}, {reward_spec!r})"
+    code = f"from tango_jax.text.scoring_pool import _serve; {serve}"
     try:
         proc = subprocess.Popen(
             [sys.executable, "-c", code],
@@ -149,6 +176,10 @@ def _stop_all(workers: list[_Worker]) -> None:
     workers.clear()
 
 
+def _reward_root(spec: str) -> str:
+    return reward_function.module_root(spec) if spec else ""
+
+
 class OutcomeScorer:
     """Scores (response, gold) pairs in worker processes, each item under a time limit.
 
@@ -165,6 +196,11 @@ class OutcomeScorer:
 
     One `score` call at a time (a lock serialises them). Workers start in the constructor and
     stop in `close` (or at exit of the `with` block).
+
+    `reward_function`: "module:function", the run's own reward (text/reward_function.py),
+    scored for `RewardKind.CUSTOM` items; every worker imports it at start. The first error of
+    each type (a reward function that raises, an answer that does not parse) is logged with its
+    message; all of them are counted.
     """
 
     def __init__(
@@ -174,6 +210,7 @@ class OutcomeScorer:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         grace_s: float = 2.0,
         startup_timeout_s: float = 120.0,
+        reward_function: str = "",
     ):
         if num_workers < 1:
             raise ValueError(f"num_workers ({num_workers}) must be >= 1.")
@@ -186,11 +223,13 @@ class OutcomeScorer:
         self._lock = threading.Lock()
         self._totals = collections.Counter()
         self._failed_starts = 0  # consecutive workers that died before saying ready
+        self._reward = (reward_function, _reward_root(reward_function))
+        self._logged_errors: set[str] = set()  # error types already logged
         self._workers: list[_Worker] = []
         # Stops the workers on close(), on garbage collection, or at interpreter exit.
         self._finalizer = weakref.finalize(self, _stop_all, self._workers)
         try:
-            self._workers.extend(_start_worker() for _ in range(num_workers))
+            self._workers.extend(_start_worker(*self._reward) for _ in range(num_workers))
         except BaseException:
             self._finalizer()
             raise
@@ -216,16 +255,30 @@ class OutcomeScorer:
         golds: Sequence[str],
         kind: RewardKind = RewardKind.MATH,
         timeout_s: float | None = None,
+        questions: Sequence[str] | None = None,
     ) -> ScoredBatch:
         """Scores responses[i] against golds[i] with the `kind` checker: [N] results.
 
         timeout_s: this call's per-item limit (evaluation may allow more than training);
-        default the scorer's `timeout_s`.
+        default the scorer's `timeout_s`. questions: the problems' questions, which only the
+        CUSTOM reward function reads (required for it).
         """
         if len(responses) != len(golds):
             raise ValueError(
                 f"responses ({len(responses)}) and golds ({len(golds)}) must have the same length."
             )
+        if kind is RewardKind.CUSTOM:
+            if not self._reward[0]:
+                raise ValueError(
+                    "RewardKind.CUSTOM needs the reward function: OutcomeScorer(reward_function="
+                    "'module:function') (config data.reward)."
+                )
+            if questions is None or len(questions) != len(responses):
+                raise ValueError(
+                    f"RewardKind.CUSTOM needs one question per response ({len(responses)}), got "
+                    f"{None if questions is None else len(questions)}."
+                )
+        questions = questions if kind is RewardKind.CUSTOM else None
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
         check_timeout(timeout_s)
         n, start = len(responses), time.monotonic()
@@ -239,19 +292,36 @@ class OutcomeScorer:
                     self._replace(worker, kill=True)
             todo, left = collections.deque(range(n)), n
             while left:
-                self._dispatch(todo, responses, golds, kind, timeout_s)
-                for index, score, item_status in self._collect():
+                self._dispatch(todo, responses, golds, questions, kind, timeout_s)
+                for index, score, item_status, error in self._collect():
                     scores[index], status[index] = score, item_status
+                    self._log_first(error)
                     left -= 1
         timed_out, errored = status == ItemStatus.TIMEOUT.value, status == ItemStatus.ERROR.value
         self._totals.update(items=n, timeouts=int(timed_out.sum()), errors=int(errored.sum()))
         return ScoredBatch(scores, timed_out, errored, time.monotonic() - start)
 
-    def _dispatch(self, todo: collections.deque, responses, golds, kind, timeout_s) -> None:
+    def _log_first(self, error: str) -> None:
+        """Logs the first error of each type (its message says what to fix); later ones are
+        only counted."""
+        kind = error.partition(":")[0]
+        if error and kind not in self._logged_errors:
+            self._logged_errors.add(kind)
+            log.warning(
+                "an answer could not be scored and counts 0 (%s); further %s errors are only "
+                "counted, in the */reward/errors metrics",
+                error,
+                kind,
+            )
+
+    def _dispatch(
+        self, todo: collections.deque, responses, golds, questions, kind, timeout_s
+    ) -> None:
         for worker in self._workers:
             if worker.ready and worker.item is None and todo:
                 index = todo.popleft()
-                message = (index, kind.value, responses[index], golds[index], timeout_s)
+                question = "" if questions is None else questions[index]
+                message = (index, kind.value, responses[index], golds[index], question, timeout_s)
                 try:
                     worker.conn.send(message)
                 except OSError:  # it died while idle: retry the item on another worker
@@ -261,7 +331,7 @@ class OutcomeScorer:
                 worker.item = index
                 worker.deadline = time.monotonic() + timeout_s + self.grace_s
 
-    def _collect(self) -> list[tuple[int, float, str]]:
+    def _collect(self) -> list[tuple[int, float, str, str]]:
         """Waits for the next message or deadline; returns the items finished meanwhile."""
         now = time.monotonic()
         deadlines = [w.deadline for w in self._workers if w.item is not None]
@@ -279,7 +349,7 @@ class OutcomeScorer:
                     if self._failed_starts >= _MAX_FAILED_STARTS:
                         raise RuntimeError(self._startup_failure(worker)) from None
                 if worker.item is not None:
-                    done.append((worker.item, 0.0, ItemStatus.ERROR.value))
+                    done.append((worker.item, 0.0, ItemStatus.ERROR.value, "the worker died"))
                 self._replace(worker, kill=True)
                 continue
             if message[0] == "ready":
@@ -291,7 +361,7 @@ class OutcomeScorer:
         now = time.monotonic()
         for worker in list(self._workers):
             if worker.item is not None and now > worker.deadline:
-                done.append((worker.item, 0.0, ItemStatus.TIMEOUT.value))
+                done.append((worker.item, 0.0, ItemStatus.TIMEOUT.value, ""))
                 self._replace(worker, kill=True)
             elif not worker.ready and now > worker.started + self.startup_timeout_s:
                 raise RuntimeError(self._startup_failure(worker))
@@ -300,7 +370,7 @@ class OutcomeScorer:
     def _replace(self, worker: _Worker, *, kill: bool) -> None:
         worker.item = None
         _stop_worker(worker, kill=kill)
-        self._workers[self._workers.index(worker)] = _start_worker()
+        self._workers[self._workers.index(worker)] = _start_worker(*self._reward)
         self._totals.update(restarts=1)
 
     def _startup_failure(self, worker: _Worker) -> str:

@@ -12,6 +12,7 @@ import pytest
 
 from tango_jax.eval import analysis
 from tango_jax.eval import report as R
+from tango_jax.metrics.rollouts import RolloutLog, RolloutLogConfig
 from tango_jax.metrics.writer import MetricsWriter
 
 matplotlib.use("Agg")
@@ -187,15 +188,68 @@ def test_an_evaluation_without_results_says_how_to_get_them(tmp_path):
         analysis.load_evaluation(tmp_path)
 
 
-def test_notebook_runs_end_to_end(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("TANGO_RUN", str(_write_run(tmp_path / "tango", 0.3)))
-    monkeypatch.setenv("GRPO_RUN", str(_write_run(tmp_path / "grpo", 0.1)))
-    _write_evaluation(tmp_path / "tango" / "eval" / "step_9")
+ROLLOUT_ROWS = [
+    {
+        "step": 8, "phase": "generator", "problem": 0, "sample": s, "question": "What is 2+3?",
+        "answer": "5", "solution": f"<answer>\\boxed{{{4 + s}}}</answer>",
+        "outcome_reward": float(s), "correct": bool(s), "advantage": 0.7 if s else -0.7,
+        "verifications": [{"text": "...", "step_judgments": [1], "verdict": 1,
+                           "format_score": 1.0, "reward": 1.0, "step_rewards": [1.0]}],
+    }
+    for s in (0, 1)
+]  # fmt: skip
+
+
+def _run_notebook(cwd: Path, monkeypatch) -> dict:
+    """Executes the notebook's code cells in order, in one namespace, from `cwd` (where
+    Jupyter starts the kernel when the notebook is opened from its folder)."""
+    monkeypatch.chdir(cwd)
     cells = json.loads(NOTEBOOK.read_text())["cells"]
     namespace: dict = {}
     for cell in cells:
         if cell["cell_type"] == "code":
             exec(compile("".join(cell["source"]), str(NOTEBOOK), "exec"), namespace)
+    return namespace
+
+
+def test_notebook_runs_from_notebooks_with_runs_under_the_repo_root(tmp_path, monkeypatch, capsys):
+    """A checkout laid out like this one (pyproject.toml, tango_jax/, notebooks/, runs/): the
+    notebook, started in notebooks/, finds the default runs under the root."""
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'tango_jax'\n")
+    (tmp_path / "tango_jax").mkdir()
+    (tmp_path / "notebooks").mkdir()
+    tango = _write_run(tmp_path / "runs" / "tiny_arith", 0.3)
+    _write_run(tmp_path / "runs" / "tiny_arith_grpo", 0.1)
+    _write_evaluation(tango / "eval" / "step_9")
+    RolloutLog(tango, RolloutLogConfig()).write(8, ROLLOUT_ROWS, phase="generator")
+    monkeypatch.delenv("TANGO_RUN", raising=False)
+    monkeypatch.delenv("GRPO_RUN", raising=False)
+    namespace = _run_notebook(tmp_path / "notebooks", monkeypatch)
+    assert namespace["ROOT"] == tmp_path.resolve()
     assert set(namespace["runs"]) == {"tango", "grpo"}
     assert list(namespace["evals"]) == ["tango step_9"]
-    assert "| tango step_9 | 50.0 | 100.0 |" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "| tango step_9 | 50.0 | 100.0 |" in out
+    assert "step 8 (generator), problem 0 sample 1: outcome reward 1.00 (correct), advantage " \
+        "+0.700" in out  # fmt: skip
+    assert "verifier: verdict CORRECT, step judgments [1], step rewards [1.0]" in out
+    assert "no rollout log in" in out  # the grpo run logged none
+
+
+def test_notebook_runs_from_this_checkouts_notebooks_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("TANGO_RUN", str(_write_run(tmp_path / "tango", 0.3)))
+    monkeypatch.setenv("GRPO_RUN", str(tmp_path / "absent"))
+    namespace = _run_notebook(NOTEBOOK.parent, monkeypatch)
+    assert namespace["ROOT"] == NOTEBOOK.parents[1]
+    assert set(namespace["runs"]) == {"tango"}
+    assert f"no metrics.jsonl in {tmp_path / 'absent'}" in capsys.readouterr().out
+
+
+def test_curves_the_notebook_plots_are_metrics_the_loop_writes():
+    """Names checked against a real run's metrics.jsonl in tests/e2e/test_loop.py; here: each
+    panel list holds held-out accuracy, step F1, KL, entropy and tokens/s."""
+    assert {"eval/generator/accuracy", "eval/verifier/step_f1"} <= set(analysis.HELD_OUT_CURVES)
+    assert {"generator/train/loss/kl", "generator/train/loss/entropy"} <= set(
+        analysis.TRAINING_CURVES
+    )
+    assert "perf/generate_tokens_per_s" in analysis.THROUGHPUT_CURVES

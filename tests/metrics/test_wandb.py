@@ -17,6 +17,7 @@ import pytest
 from tango_jax.config import preflight
 from tango_jax.config.run import base_config, load_run_config
 from tango_jax.metrics import wandb as tracking
+from tango_jax.metrics.rollouts import RolloutLog, RolloutLogConfig
 from tango_jax.metrics.writer import MetricsWriter, read_metrics
 from tango_jax.schema import ConfigError, to_dict
 
@@ -155,3 +156,26 @@ def test_a_resumed_run_continues_the_same_wandb_run(tmp_path, monkeypatch):
         if _key(i) == "_step"
     ]
     assert 2 in steps
+
+
+def test_rollout_logs_become_wandb_tables(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    cfg = _config(tmp_path, enable=True, mode="offline")
+    rows = [
+        {"step": 1, "solution": "so 3", "correct": True, "verifications": [{"verdict": 1}]},
+        {"step": 1, "solution": "so 4", "correct": False, "verifications": []},
+    ]
+    with MetricsWriter(tmp_path, tensorboard=False, wandb=_sink(cfg, tmp_path)) as writer:
+        RolloutLog(tmp_path, RolloutLogConfig(), wandb=writer.wandb).write(
+            1, rows, phase="generator"
+        )
+        writer.write(1, ROWS[0][1], phase="generator")
+    (step,) = _history(tmp_path)[0]  # the table and the metrics of step 1: one history row
+    assert step["_step"] == 1 and step["generator/reward/mean"] == 0.25
+    assert step["rollouts/generator/_type"] == "table-file"
+    assert step["rollouts/generator/nrows"] == 2
+    (table_file,) = tmp_path.glob("wandb/offline-run-*/files/" + step["rollouts/generator/path"])
+    table = json.loads(table_file.read_text())
+    assert table["columns"] == ["step", "solution", "correct", "verifications"]
+    assert table["data"] == [[1, "so 3", True, '[{"verdict": 1}]'], [1, "so 4", False, "[]"]]
