@@ -23,6 +23,17 @@ VARIANTS = {
     ),
 }
 
+# Qwen3 (tests/models/test_qwen3.py): head_dim != hidden / heads both ways (wider, as in
+# Qwen3-0.6B, and narrower), tied and untied, grouped-query at two ratios.
+QWEN3_VARIANTS = {
+    "qwen3_tied_gqa_wide_heads": dict(
+        family="qwen3", tie=True, heads=4, kv_heads=2, hidden=64, inter=144, head_dim=32
+    ),
+    "qwen3_untied_gqa4_narrow_heads": dict(
+        family="qwen3", tie=False, heads=8, kv_heads=2, hidden=96, inter=160, head_dim=8
+    ),
+}
+
 
 def hf_config(
     family="qwen2",
@@ -56,6 +67,9 @@ def hf_config(
         common["head_dim"] = head_dim
     if family == "qwen2":
         return transformers.Qwen2Config(rope_theta=10_000.0, **common)
+    if family == "qwen3":
+        rope = dict(rope_type="default", rope_theta=1_000_000.0)
+        return transformers.Qwen3Config(rope_parameters=rope, **common)
     rope = dict(rope_type="default", rope_theta=500_000.0)
     if rope_scaling:
         rope = dict(
