@@ -24,9 +24,12 @@ from jax.sharding import PartitionSpec as P
 from safetensors.numpy import load_file
 from test_models import TOL, rel_err
 
+from tango_jax import preflight
+from tango_jax.config_types import ConfigError
 from tango_jax.data.tokenizer import tiny_tokenizer
 from tango_jax.models import Family, iter_hf_tensors, read_config, save_pretrained
 from tango_jax.models.hf import from_pretrained
+from tango_jax.models.tiny import write_tiny_checkpoint
 from tango_jax.models.transformer import Frame
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
 from tango_jax.parallel.partition import logical_axes
@@ -201,3 +204,19 @@ def test_qwen3_with_attention_bias_is_refused(tmp_path):
     (path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match="attention_bias/mlp_bias=true is not supported for qwen3"):
         read_config(path)
+
+
+def test_preflight_refuses_an_unsupported_model_type_in_one_line(tmp_path):
+    """Before any weight is read or anything is written: the field, the value and the
+    supported families, in one line (a Qwen3 checkpoint of its own passes)."""
+    path = write_tiny_checkpoint(tmp_path / "m", "tiny-qwen3")
+    preflight.check_model_dir("generator.model.path", str(path))
+    cfg = json.loads((path / "config.json").read_text())
+    cfg["model_type"] = "gemma3"
+    (path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError) as e:
+        preflight.check_model_dir("generator.model.path", str(path))
+    message = str(e.value)
+    assert message.startswith(f"config.generator.model.path ('{path}') holds a model")
+    assert "\n" not in message and "model_type 'gemma3'" in message
+    assert all(family.value in message for family in Family)
