@@ -12,8 +12,9 @@ Prompts are plain text (chat_template=False, the default), as in the official co
 generator prompt asks for `<think><step>...</step></think><answer>\\boxed{}</answer>`, and a
 Qwen3 tokenizer reads `<think>` / `</think>` as the same single tokens its thinking mode uses,
 so the format and the model's native thinking block coincide. For the post-trained Qwen3-8B
-(hybrid thinking) with chat_template=True, see docs/models.md, "Qwen3 and thinking mode":
-the template's default (enable_thinking on) is the one that fits the generator's format.
+(hybrid thinking) see docs/models.md, "Qwen3 and thinking mode": with chat_template=True the
+template's default (thinking on) fits the generator's format but not the verifier's (whose
+output must start with <step_verification>), so keep the verifier on plain text.
 
 Memory (`python scripts/check_memory.py --config configs/tango_qwen3_8b.py`, docs/models.md
 "Qwen3-8B memory plan"): read the table there before renting 80 GB GPUs.
