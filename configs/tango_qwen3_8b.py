@@ -16,8 +16,11 @@ so the format and the model's native thinking block coincide. For the post-train
 template's default (thinking on) fits the generator's format but not the verifier's (whose
 output must start with <step_verification>), so keep the verifier on plain text.
 
-Memory (`python scripts/check_memory.py --config configs/tango_qwen3_8b.py`, docs/models.md
-"Qwen3-8B memory plan"): read the table there before renting 80 GB GPUs.
+Memory (`python scripts/check_memory.py --config configs/tango_qwen3_8b.py --layers 4,8`,
+docs/models.md "Qwen3-8B memory plan", XLA's CPU plan): on one node of 8 x 80 GB the verifier
+step needs ~79 GB per device even at 1 row per GPU, so train on H200s (44% free), or on two
+nodes (16 GPUs, multi-process: add --config.generator.trainer.micro_batch_size=32
+--config.verifier.trainer.micro_batch_size=16, ~62 GB per device).
 
     python -m tango_jax.train --config configs/tango_qwen3_8b.py \\
         --config.data.train_path=data/eurus2/train.parquet \\
