@@ -17,10 +17,11 @@ template's default (thinking on) fits the generator's format but not the verifie
 output must start with <step_verification>), so keep the verifier on plain text.
 
 Memory (`python scripts/check_memory.py --config configs/tango_qwen3_8b.py --layers 4,8`,
-docs/models.md "Qwen3-8B memory plan", XLA's CPU plan): on one node of 8 x 80 GB the verifier
-step needs ~79 GB per device even at 1 row per GPU, so train on H200s (44% free), or on two
-nodes (16 GPUs, multi-process: add --config.generator.trainer.micro_batch_size=32
---config.verifier.trainer.micro_batch_size=16, ~62 GB per device).
+docs/models.md "Qwen3-8B memory plan", XLA's CPU plan): on one node of 8 x 80 GB the
+generator step needs ~75 GB per device and the verifier step ~79 GB even at 1 row per GPU,
+so train on H200s, or on two nodes (16 GPUs, multi-process: add
+--config.generator.trainer.micro_batch_size=32 --config.verifier.trainer.micro_batch_size=16,
+~62 GB per device).
 
     python -m tango_jax.train --config configs/tango_qwen3_8b.py \\
         --config.data.train_path=data/eurus2/train.parquet \\
