@@ -2,6 +2,7 @@
 
     python scripts/bench/check_memory.py --config configs/tango_qwen2_5_math_7b.py
     python scripts/bench/check_memory.py --config configs/tango_llama3_1_8b.py --devices 8
+    python scripts/bench/check_memory.py --config configs/tango_qwen3_8b.py   # docs/models.md
     python scripts/bench/check_memory.py --config configs/tiny_arith.py --layers full
 
 For each trained role (generator, verifier) it compiles the role's train step ahead of time

@@ -31,6 +31,7 @@ from typing import Any
 from tango_jax.config.run import RunConfig, enabled_roles
 from tango_jax.data.prompts import DataSource
 from tango_jax.metrics.wandb import check_installed
+from tango_jax.models.config import ModelConfig
 from tango_jax.schema import ConfigError, config_dict, to_dict
 from tango_jax.tango.kind import Kind
 from tango_jax.text import reward_function
@@ -95,9 +96,15 @@ def check_model_dir(field: str, path: str) -> None:
     if not _nonempty_file(config):
         _fail(field, path, f"has no config.json (or an empty one); point it at {what}.")
     try:
-        json.loads(config.read_text())
+        hf_config = json.loads(config.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         _fail(field, path, f"has a config.json that is not JSON ({e}); re-export it.")
+    try:  # the architecture too (model_type, rope, sliding window), before any weight is read
+        ModelConfig.from_hf_dict(hf_config, source="config.json")
+    except KeyError as e:
+        _fail(field, path, f"has a config.json without the field {e}; re-export it.")
+    except (ValueError, TypeError) as e:
+        _fail(field, path, f"holds a model tango_jax cannot build: {e}")
     weights = sorted(p.glob("*.safetensors"))
     if not weights:
         _fail(field, path, f"has no *.safetensors weights; point it at {what}.")

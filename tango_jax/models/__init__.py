@@ -1,4 +1,4 @@
-"""Flax NNX decoder-only transformers (Qwen2/Qwen2.5, Llama 3/3.1) and their HF checkpoints.
+"""Flax NNX decoder-only transformers (Qwen2/2.5, Qwen3, Llama 3/3.1) and their HF checkpoints.
 
 from tango_jax.models import from_pretrained, save_pretrained
 model = from_pretrained("/path/to/Qwen2.5-0.5B", mesh=mesh, dtype=jnp.bfloat16)

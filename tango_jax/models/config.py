@@ -1,4 +1,4 @@
-"""Model configuration: one frozen dataclass for the Qwen2/Qwen2.5 and Llama 3/3.1 families.
+"""Model configuration: one frozen dataclass for the Qwen2/2.5, Qwen3 and Llama 3/3.1 families.
 
 Built either from a Hugging Face `config.json` (`ModelConfig.from_hf_dict`) or from a named
 preset (`presets.get`). Written back as a `config.json` that `transformers` and vLLM read
@@ -16,10 +16,17 @@ import jax.numpy as jnp
 
 class Family(enum.Enum):
     QWEN2 = "qwen2"  # Qwen2, Qwen2.5, Qwen2.5-Math: q/k/v bias, usually tied embeddings when small
+    QWEN3 = "qwen3"  # Qwen3 dense: no biases, RMSNorm on every q/k head, head_dim != D / N
     LLAMA = "llama"  # Llama 3 / 3.1: no biases, optional `llama3` rope scaling
 
 
-_ARCHITECTURES = {Family.QWEN2: "Qwen2ForCausalLM", Family.LLAMA: "LlamaForCausalLM"}
+_ARCHITECTURES = {
+    Family.QWEN2: "Qwen2ForCausalLM",
+    Family.QWEN3: "Qwen3ForCausalLM",
+    Family.LLAMA: "LlamaForCausalLM",
+}
+# What each family is, for the one-line error on an unsupported model_type.
+SUPPORTED = "qwen2 (Qwen2/Qwen2.5/Qwen2.5-Math), qwen3 (Qwen3 dense) and llama (Llama 3/3.1)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +51,12 @@ def dtype_from_name(name: str | Any) -> Any:
 
 
 ATTENTION_KERNELS = ("auto", "xla", "xla_blocked", "cudnn")
+
+
+def _default_head_dim(family: Family, embed_dim: int, num_heads: int) -> int:
+    """transformers' head_dim when config.json has none: Qwen3Config's default is 128 whatever
+    the width; the others split the width evenly over the heads."""
+    return 128 if family is Family.QWEN3 else embed_dim // num_heads
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +93,7 @@ class ModelConfig:
     rms_norm_eps: float = 1e-6
     tie_word_embeddings: bool = False
     qkv_bias: bool = False
+    qk_norm: bool = False  # Qwen3: RMSNorm over head_dim on each query and key head, before rope
     max_position_embeddings: int = 32768
     bos_token_id: int | None = None
     eos_token_id: int | tuple[int, ...] | None = None
@@ -111,6 +125,14 @@ class ModelConfig:
                 f"ModelConfig.num_heads ({self.num_heads}) must be a multiple of num_kv_heads "
                 f"({self.num_kv_heads}) for grouped-query attention."
             )
+        # The HF name table (hf.py) is chosen by family, the modules by these flags: they agree.
+        for flag, family in (("qkv_bias", Family.QWEN2), ("qk_norm", Family.QWEN3)):
+            if getattr(self, flag) != (self.family is family):
+                raise ValueError(
+                    f"ModelConfig.{flag} ({getattr(self, flag)}) must be "
+                    f"{self.family is family} for family {self.family.value} (only "
+                    f"{family.value} checkpoints have {flag}); leave it at the family's value."
+                )
         if self.head_dim % 2:
             raise ValueError(f"ModelConfig.head_dim ({self.head_dim}) must be even for rope.")
 
@@ -137,6 +159,8 @@ class ModelConfig:
         attn = d * n * h + 2 * d * k * h + n * h * d
         if self.qkv_bias:
             attn += n * h + 2 * k * h
+        if self.qk_norm:
+            attn += 2 * h
         layer = attn + 3 * d * f + 2 * d
         embed = self.vocab_size * d * (1 if self.tie_word_embeddings else 2)
         return self.num_layers * layer + embed + d
@@ -155,8 +179,8 @@ class ModelConfig:
         except ValueError:
             raise ValueError(
                 f"{source}: model_type '{model_type}' (architectures {hf.get('architectures')}) "
-                f"is not supported; tango_jax supports {[f.value for f in Family]} "
-                "(Qwen2/Qwen2.5/Qwen2.5-Math and Llama 3/3.1)."
+                f"is not supported; tango_jax supports {SUPPORTED}: convert the checkpoint to "
+                "one of them or add the family to tango_jax/models."
             ) from None
         if hf.get("hidden_act", "silu") != "silu":
             raise ValueError(
@@ -167,8 +191,12 @@ class ModelConfig:
                 f"{source}: use_sliding_window=true is not supported; the Qwen2.5 models used by "
                 "Tango have it off. Set it to false if the window exceeds your sequence lengths."
             )
-        if family is Family.LLAMA and (hf.get("attention_bias") or hf.get("mlp_bias")):
-            raise ValueError(f"{source}: Llama attention_bias/mlp_bias=true is not supported.")
+        if family is not Family.QWEN2 and (hf.get("attention_bias") or hf.get("mlp_bias")):
+            raise ValueError(
+                f"{source}: attention_bias/mlp_bias=true is not supported for {family.value} "
+                "(its published checkpoints have none); set them to false only if the weights "
+                "carry no bias tensors."
+            )
 
         rope = dict(hf.get("rope_parameters") or {})
         legacy_scaling = hf.get("rope_scaling")
@@ -202,12 +230,13 @@ class ModelConfig:
             mlp_dim=int(hf["intermediate_size"]),
             num_heads=num_heads,
             num_kv_heads=int(hf.get("num_key_value_heads") or num_heads),
-            head_dim=int(hf.get("head_dim") or embed_dim // num_heads),
+            head_dim=int(hf.get("head_dim") or _default_head_dim(family, embed_dim, num_heads)),
             rope_theta=rope_theta,
             rope_scaling=scaling,
             rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
             tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
             qkv_bias=family is Family.QWEN2,
+            qk_norm=family is Family.QWEN3,
             max_position_embeddings=int(hf.get("max_position_embeddings", 32768)),
             bos_token_id=hf.get("bos_token_id"),
             eos_token_id=eos,
@@ -246,10 +275,12 @@ class ModelConfig:
         }
         if self.rope_scaling is not None:
             hf["rope_scaling"] = dict(rope)
-        if self.family is Family.QWEN2:
+        if self.family in (Family.QWEN2, Family.QWEN3):
             hf.update(
                 use_sliding_window=False, sliding_window=None, max_window_layers=self.num_layers
             )
-        else:
-            hf.update(attention_bias=False, mlp_bias=False)
+        if self.family in (Family.QWEN3, Family.LLAMA):
+            hf.update(attention_bias=False)
+        if self.family is Family.LLAMA:
+            hf.update(mlp_bias=False)
         return hf

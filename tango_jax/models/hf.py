@@ -8,7 +8,8 @@ they cannot disagree about a name or a transpose.
 Layouts (NNX side chosen for einsum readability; letters as in transformer.py):
   q/k/v_proj.weight  HF [N*H, D]  <->  NNX [D, N, H]      (K instead of N for k and v)
   o_proj.weight      HF [D, N*H]  <->  NNX [N, H, D]
-  q/k/v_proj.bias    HF [N*H]     <->  NNX [N, H]
+  q/k/v_proj.bias    HF [N*H]     <->  NNX [N, H]            (qwen2 only)
+  q/k_norm.weight    HF [H]       <->  NNX [H]               (qwen3 only: one scale per head dim)
   gate/up_proj       HF [F, D]    <->  NNX [D, F];   down_proj HF [D, F] <-> NNX [F, D]
   lm_head.weight     HF [V, D]    <->  NNX [D, V];   embeddings and norms unchanged
 Transforms are written with `.T` and `.reshape` only, so they work on NumPy arrays (load, save)
@@ -82,8 +83,9 @@ def _bias(heads: int, head_dim: int) -> tuple[Transform, Transform]:
     return (lambda b: b.reshape(heads, head_dim), lambda b: b.reshape(heads * head_dim))
 
 
-def _decoder_table(c: ModelConfig, *, qkv_bias: bool) -> list[TensorMap]:
-    """Entries shared by the Qwen2 and Llama families (they use the same HF names)."""
+def _decoder_table(c: ModelConfig, *, qkv_bias: bool, qk_norm: bool) -> list[TensorMap]:
+    """Entries of the Qwen2, Qwen3 and Llama families (they use the same HF names; Qwen2 adds
+    q/k/v biases, Qwen3 per-head q/k norms)."""
     d, f, n, k, h = c.embed_dim, c.mlp_dim, c.num_heads, c.num_kv_heads, c.head_dim
     t: list[TensorMap] = [
         TensorMap("model.embed_tokens.weight", ("embed",), (c.vocab_size, d), _identity, _identity),
@@ -131,18 +133,33 @@ def _decoder_table(c: ModelConfig, *, qkv_bias: bool) -> list[TensorMap]:
                 TensorMap(hf + "self_attn.k_proj.bias", (*attn, "k_bias"), (k * h,), *_bias(k, h)),
                 TensorMap(hf + "self_attn.v_proj.bias", (*attn, "v_bias"), (k * h,), *_bias(k, h)),
             ]
+        if qk_norm:
+            t += [
+                TensorMap(
+                    hf + f"self_attn.{name}.weight",
+                    (*attn, name, "scale"),
+                    (h,),
+                    _identity,
+                    _identity,
+                )
+                for name in ("q_norm", "k_norm")
+            ]
     return t
 
 
 def _qwen2_table(c: ModelConfig) -> list[TensorMap]:
-    return _decoder_table(c, qkv_bias=True)
+    return _decoder_table(c, qkv_bias=True, qk_norm=False)
+
+
+def _qwen3_table(c: ModelConfig) -> list[TensorMap]:
+    return _decoder_table(c, qkv_bias=False, qk_norm=True)
 
 
 def _llama_table(c: ModelConfig) -> list[TensorMap]:
-    return _decoder_table(c, qkv_bias=False)
+    return _decoder_table(c, qkv_bias=False, qk_norm=False)
 
 
-_TABLES = {Family.QWEN2: _qwen2_table, Family.LLAMA: _llama_table}
+_TABLES = {Family.QWEN2: _qwen2_table, Family.QWEN3: _qwen3_table, Family.LLAMA: _llama_table}
 
 # Tensors some checkpoints carry that the model legitimately does not use.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)

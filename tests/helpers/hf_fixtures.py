@@ -8,8 +8,19 @@ import numpy as np
 import torch
 import transformers
 
-# Variants the parity tests cover: GQA ratio > 1, tied/untied, q/k/v bias (qwen2), llama3 rope
-# scaling, odd sizes.
+# Qwen3 (also tests/models/test_qwen3.py): head_dim != hidden / heads both ways (wider, as in
+# Qwen3-0.6B, and narrower), tied and untied, grouped-query at two ratios.
+QWEN3_VARIANTS = {
+    "qwen3_tied_gqa_wide_heads": dict(
+        family="qwen3", tie=True, heads=4, kv_heads=2, hidden=64, inter=144, head_dim=32
+    ),
+    "qwen3_untied_gqa4_narrow_heads": dict(
+        family="qwen3", tie=False, heads=8, kv_heads=2, hidden=96, inter=160, head_dim=8
+    ),
+}
+
+# Variants the parity tests cover: GQA ratio > 1, tied/untied, q/k/v bias (qwen2), per-head q/k
+# norms and head_dim != hidden / heads (qwen3), llama3 rope scaling, odd sizes.
 VARIANTS = {
     "qwen2_tied_gqa": dict(family="qwen2", tie=True, heads=4, kv_heads=2, hidden=128, inter=200),
     "qwen2_untied_mha": dict(family="qwen2", tie=False, heads=2, kv_heads=2, hidden=96, inter=160),
@@ -22,6 +33,7 @@ VARIANTS = {
     "llama_tied_plain": dict(
         family="llama", tie=True, heads=2, kv_heads=1, hidden=64, inter=96, head_dim=64
     ),
+    **QWEN3_VARIANTS,
 }
 
 
@@ -57,6 +69,9 @@ def hf_config(
         common["head_dim"] = head_dim
     if family == "qwen2":
         return transformers.Qwen2Config(rope_theta=10_000.0, **common)
+    if family == "qwen3":
+        rope = dict(rope_type="default", rope_theta=1_000_000.0)
+        return transformers.Qwen3Config(rope_parameters=rope, **common)
     rope = dict(rope_type="default", rope_theta=500_000.0)
     if rope_scaling:
         rope = dict(

@@ -16,10 +16,24 @@ def test_preset_parameter_count_matches_published(name):
     abstract = nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0)))
     count = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(abstract)))
     assert count == config.num_params()
-    assert f"{count / 1e9:.2f}" == presets.PUBLISHED_PARAMS[name], f"{name}: {count:,}"
+    published = presets.PUBLISHED_PARAMS[name]
+    assert _rounded_like(count, published) == published, f"{name}: {count:,}"
 
 
-@pytest.mark.parametrize("name", ["tiny-qwen2", "tiny-llama"])
+def _rounded_like(count: int, published: str) -> str:
+    """`count` in billions, to as many decimals as the published figure has."""
+    return f"{count / 1e9:.{len(published.partition('.')[2])}f}"
+
+
+@pytest.mark.parametrize("name", sorted(presets.PUBLISHED_NON_EMBEDDING_PARAMS))
+def test_preset_non_embedding_count_matches_published(name):
+    config = presets.get(name)
+    embeddings = config.vocab_size * config.embed_dim * (1 if config.tie_word_embeddings else 2)
+    published = presets.PUBLISHED_NON_EMBEDDING_PARAMS[name]
+    assert _rounded_like(config.num_params() - embeddings, published) == published, name
+
+
+@pytest.mark.parametrize("name", ["tiny-qwen2", "tiny-qwen3", "tiny-llama"])
 def test_tiny_presets_have_vllm_cpu_head_size(name):
     assert presets.get(name).head_dim == 64
 

