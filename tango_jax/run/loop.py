@@ -292,7 +292,7 @@ class TangoLoop:
                         "stopped after step %d (%s) and saved it; launch the same command to "
                         "resume",
                         step,
-                        self.stop.signal_name,
+                        self.stop.signal_name or "a signal to another process",
                     )
                     break
         return final

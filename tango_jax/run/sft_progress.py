@@ -77,7 +77,8 @@ class SFTProgress:
             self._writer.close()
             self._writer = None
             raise SFTStopped(
-                f"stopped ({self.stop.signal_name}) after SFT step {step} of the {self.role}, "
+                f"stopped ({self.stop.signal_name or 'a signal to another process'}) after SFT "
+                f"step {step} of the {self.role}, "
                 f"saved in {self.directory}"
             )
 
