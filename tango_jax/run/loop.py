@@ -286,7 +286,7 @@ class TangoLoop:
                     )
                     point.saved()
                 bar.update(1)
-                if stop:
+                if stop and step < sched.total_steps:  # at the last step: the run is done
                     self.stopped_at = step
                     log.warning(
                         "stopped after step %d (%s) and saved it; launch the same command to "
