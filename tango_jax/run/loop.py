@@ -6,6 +6,8 @@ Run directory layout:
     config.json            the validated config of the run
     initial/<role>/        HF checkpoints of randomly initialised presets (tiny configs)
     sft/<role>/            HF checkpoints after the SFT stage (RL starts from these)
+    sft_checkpoints/<role>/  an SFT stage's progress (signal, every_minutes; gone once sft/ is)
+    run.lock               held by the live run (run/lock.py): one run per directory
     checkpoints/<step>/    orbax checkpoints (both trainers, host state), last k kept
     metrics.jsonl          one line per global step (and step 0: evaluation before training)
     tensorboard/           the same metrics for TensorBoard
@@ -17,6 +19,11 @@ of (seed, step), so the following steps reproduce an uninterrupted run's metrics
 JAX backend; vLLM's own kernels are not bit-reproducible across restarts). With
 `overlap_rollouts` the pipeline is drained at every checkpoint step (tango/overlap.py), so the
 same holds.
+
+Signals (run/signals.py, docs/cluster.md): SIGTERM, SIGINT or SIGUSR1 end the run after the
+step in flight, saved as a checkpoint like a periodic one; `checkpoint.every_minutes` saves at
+the end of a step when that much time has passed since the last save. All processes agree on
+both at the end of every step (`StopPoint.agree`).
 """
 
 from __future__ import annotations
