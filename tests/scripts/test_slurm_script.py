@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 _SRUN = """#!/bin/bash
-# srun [options] COMMAND...: runs COMMAND here; a vLLM server sleeps, the trainer is STANDIN_TRAINER.
+# srun [options] COMMAND...: runs COMMAND here (a vLLM server sleeps; the trainer: STANDIN_TRAINER)
 while [ $# -gt 0 ] && [ "${1:0:1}" = "-" ]; do
   case "$1" in -w) shift 2 ;; *) shift ;; esac
 done
