@@ -23,7 +23,7 @@ per role 4 replicas x TP 2 on one 8-GPU node:
         --config.data.train_path=data/eurus2/train.parquet \
         --config.data.eval_path=data/math500/test.jsonl \
         --config.generator.sampler.vllm.urls='("http://node1:8100","http://node1:8101")' \
-        --config.generator.sampler.vllm.api_key=$TANGO_VLLM_KEY \
+        --config.generator.sampler.vllm.api_key_env=TANGO_VLLM_KEY \
         --config.generator.sampler.vllm.sync.master_address=<this node's address> ...
 
 (or set sampler.vllm.replicas / devices to let the trainer start servers on its own node's

@@ -4,7 +4,7 @@ nothing from tango_jax, so every component can declare its own config dataclass 
     config_dict(RunConfig)           the base ConfigDict: every field with its default
     check_path(RunConfig, "a.b.c")   is `a.b.c` a field? (command-line overrides, before absl)
     from_dict(RunConfig, d)          nested dict -> validated dataclasses, errors naming the path
-    to_dict(run_config)              the inverse: plain JSON-able values
+    to_dict(run_config)              the inverse: plain JSON-able values, secrets redacted
 
 Each field's own value checks (`check_fields` and its rules) are at the end of this file.
 
@@ -85,6 +85,16 @@ class UnknownFieldError(ConfigError):
 def derived(**paths: tuple[str, Callable[[Any], Any]]) -> dict[str, Any]:
     """Field metadata: `path=(what sets it, function of the owner)` per derived subfield."""
     return {_DERIVED: paths}
+
+
+_SECRET = "secret"
+REDACTED = "<redacted>"  # what `to_dict` writes for a set secret_field
+
+
+def secret_field() -> Any:
+    """A field holding a secret (an API key; default None): left out of repr, and written as
+    REDACTED by `to_dict`, so config.json, W&B and logs never hold it."""
+    return dataclasses.field(default=None, repr=False, metadata={_SECRET: True})
 
 
 def _fields(cls) -> list[dataclasses.Field]:
@@ -348,11 +358,14 @@ def apply_derived(owner: Any) -> None:
 
 
 def to_dict(obj: Any, *, _skip: Mapping[str, Any] | None = None) -> Any:
-    """The inverse of `from_dict`: plain JSON-able values (enums by value), no derived fields."""
+    """The inverse of `from_dict`: plain JSON-able values (enums by value), no derived fields,
+    a set `secret_field` as REDACTED."""
     if dataclasses.is_dataclass(obj):
         skip = _skip or {}
         return {
-            f.name: to_dict(getattr(obj, f.name), _skip=_derived_below(f, skip, 0))
+            f.name: REDACTED
+            if f.metadata.get(_SECRET) and getattr(obj, f.name)
+            else to_dict(getattr(obj, f.name), _skip=_derived_below(f, skip, 0))
             for f in _fields(type(obj))
             if not _is_leaf(skip, f.name)
         }

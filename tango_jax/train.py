@@ -54,13 +54,21 @@ def main(argv: list[str]) -> None:
         sys.exit(f"config error: {e}")
     from tango_jax.checkpoint.divergence import DivergenceError
     from tango_jax.checkpoint.guards import NonFiniteError, NoReadableCheckpointError
+    from tango_jax.run.lock import RunDirLocked, RunLockAllProcesses
     from tango_jax.run.loop import TangoLoop  # heavy imports only after the config is valid
+    from tango_jax.run.signals import ExitStatus, StopSignals
 
-    try:
-        loop = TangoLoop(cfg, mesh)
-        final = loop.run()
+    try:  # one run per run_dir; a signal stops it with a checkpoint (docs/cluster.md)
+        with RunLockAllProcesses(cfg.run_dir), StopSignals() as stop:
+            loop = TangoLoop(cfg, mesh, stop=stop)
+            final = loop.run()
+    except RunDirLocked as e:
+        print(f"run refused: {e}", file=sys.stderr)
+        sys.exit(ExitStatus.RUN_DIR_LOCKED)
     except (NonFiniteError, DivergenceError, NoReadableCheckpointError) as e:  # says what to do
         sys.exit(f"run stopped: {e}")
+    if loop.stopped_at is not None:  # saved; the same command resumes it
+        sys.exit(ExitStatus.STOPPED)
     if not is_primary():
         return
     log = logging.getLogger("tango_jax")

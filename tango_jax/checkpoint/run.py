@@ -44,7 +44,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +175,21 @@ def _json_roundtrip(value, what: str):
     return value
 
 
+class _KeepScheduled:
+    """An orbax preservation policy: the newest `keep` scheduled steps, and the newest step of
+    any kind (levanter's temporary time-based checkpoints: each replaces the previous one)."""
+
+    def __init__(self, keep: int, scheduled: Callable[[int], bool]):
+        self.keep, self.scheduled = keep, scheduled
+
+    def should_preserve(self, checkpoints: Sequence[Any], *, context: Any) -> list[bool]:
+        steps = [c.step for c in checkpoints]
+        if not steps:
+            return []
+        kept = {max(steps)} | set(sorted(s for s in steps if self.scheduled(s))[-self.keep :])
+        return [s in kept for s in steps]
+
+
 # --- the checkpointer --------------------------------------------------------------------------
 
 
@@ -183,6 +198,9 @@ class RunCheckpointer:
 
     directory: the run's checkpoint directory (by convention `run_dir / CHECKPOINT_SUBDIR`).
     keep: how many of the newest steps to keep; older ones are deleted after each save.
+    scheduled: step -> whether it is one of the run's scheduled checkpoints (every_steps, at
+      the end). Given, `keep` counts only those, and any other step (a time-based or signal
+      checkpoint) is kept only while it is the newest; None: every step counts.
     models: role -> ModelInfo; required for `save` (so every step can be exported to HF),
       unused when only restoring or exporting.
     async_save: write in the background after the device-to-host copy (default); False makes
@@ -197,6 +215,7 @@ class RunCheckpointer:
         *,
         keep: int,
         models: Mapping[str, ModelInfo] | None = None,
+        scheduled: Callable[[int], bool] | None = None,
         async_save: bool = True,
         read_only: bool = False,
     ):
@@ -207,8 +226,11 @@ class RunCheckpointer:
         self.read_only = read_only
         if read_only and not self.directory.is_dir():
             raise FileNotFoundError(f"{self.directory}: no such checkpoint directory.")
+        keeping: dict[str, Any] = {"max_to_keep": keep}
+        if scheduled is not None:
+            keeping = {"preservation_policy": _KeepScheduled(keep, scheduled)}
         options = ocp.CheckpointManagerOptions(
-            max_to_keep=keep,
+            **keeping,
             # A writer drops the leftovers of a crashed save on open; a reader must not.
             cleanup_tmp_directories=not read_only,
             enable_async_checkpointing=async_save,

@@ -28,7 +28,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tango_jax.config.run import RunConfig, enabled_roles
+from tango_jax.config.run import RunConfig, SamplerBackend, enabled_roles
 from tango_jax.data.prompts import DataSource
 from tango_jax.metrics.wandb import check_installed
 from tango_jax.models.config import ModelConfig
@@ -42,7 +42,14 @@ log = logging.getLogger(__name__)
 CONFIG_FILE = "config.json"
 CONFIG_HISTORY = "config_history"
 CHECKPOINT_SUBDIR = "checkpoints"  # = checkpoint.CHECKPOINT_SUBDIR (kept free of orbax here)
-_VLLM_CLIENT = ("urls", "api_key", "request_timeout_s", "max_concurrency", "max_restarts")
+_VLLM_CLIENT = (
+    "urls",
+    "api_key",
+    "api_key_env",
+    "request_timeout_s",
+    "max_concurrency",
+    "max_restarts",
+)
 
 # Fields that may differ from the saved config on resume without being named: they change what
 # is logged, evaluated or saved, or where the servers run, never a training step.
@@ -69,7 +76,23 @@ RESUME_MAY_CHANGE: tuple[str, ...] = (
 def check(cfg: RunConfig) -> None:
     """All the checks below; writes nothing."""
     check_paths(cfg)
+    check_keys(cfg)
     check_run_dir(cfg)
+
+
+def check_keys(cfg: RunConfig) -> None:
+    """Each vLLM key named by `api_key_env` is set, so a run that needs it fails now, not when
+    its sampler starts after SFT."""
+    for kind in enabled_roles(cfg):
+        sampler = cfg.role(kind).sampler
+        name = sampler.vllm.api_key_env
+        if sampler.backend is SamplerBackend.VLLM and name and not os.environ.get(name):
+            _fail(
+                f"{kind.value}.sampler.vllm.api_key_env",
+                name,
+                "names an environment variable that is unset or empty; export it with the "
+                "servers' key before launching.",
+            )
 
 
 # --- inputs ------------------------------------------------------------------------------------

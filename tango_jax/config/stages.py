@@ -104,6 +104,10 @@ class EvalConfig:
 @dataclasses.dataclass(frozen=True)
 class CheckpointConfig:
     every_steps: int = 50  # global steps; 0 disables periodic saves
+    # Also save when this many minutes have passed since the last save (0: never), decided at
+    # the end of a step, so a long step at 7B never leaves hours unsaved. Such a checkpoint is
+    # kept until the next one is saved; `keep` counts only the every_steps / at_end ones.
+    every_minutes: float = 30.0
     keep: int = 3
     at_end: bool = True
     export_hf_at_end: bool = True  # write run_dir/hf/<role> at the end
@@ -113,6 +117,7 @@ class CheckpointConfig:
             self,
             {
                 "every_steps": at_least(0, " (0 disables periodic saves)"),
+                "every_minutes": at_least(0, " (0 disables time-based saves)"),
                 "keep": at_least(1, " (the last good step must survive)"),
             },
         )

@@ -6,6 +6,8 @@ Run directory layout:
     config.json            the validated config of the run
     initial/<role>/        HF checkpoints of randomly initialised presets (tiny configs)
     sft/<role>/            HF checkpoints after the SFT stage (RL starts from these)
+    sft_checkpoints/<role>/  an SFT stage's progress (signal, every_minutes; gone once sft/ is)
+    run.lock               held by the live run (run/lock.py): one run per directory
     checkpoints/<step>/    orbax checkpoints (both trainers, host state), last k kept
     metrics.jsonl          one line per global step (and step 0: evaluation before training)
     rollouts/              every log_rollouts.every_steps steps, what the models wrote
@@ -18,6 +20,11 @@ of (seed, step), so the following steps reproduce an uninterrupted run's metrics
 JAX backend; vLLM's own kernels are not bit-reproducible across restarts). With
 `overlap_rollouts` the pipeline is drained at every checkpoint step (run/overlap.py), so the
 same holds.
+
+Signals (run/signals.py, docs/cluster.md): SIGTERM, SIGINT or SIGUSR1 end the run after the
+step in flight, saved as a checkpoint like a periodic one; `checkpoint.every_minutes` saves at
+the end of a step when that much time has passed since the last save. All processes agree on
+both at the end of every step (`StopPoint.agree`).
 """
 
 from __future__ import annotations
@@ -53,6 +60,8 @@ from tango_jax.run.host_state import HostState
 from tango_jax.run.overlap import Prefetch
 from tango_jax.run.roles import Role, build_role
 from tango_jax.run.sft import prepare_initial, prepare_rl_start
+from tango_jax.run.sft_progress import SFTStopped
+from tango_jax.run.signals import StopPoint, StopSignals
 from tango_jax.run.steps import StepContext, collect, generator_step, verifier_step
 from tango_jax.schema import to_dict
 from tango_jax.tango.kind import Kind
@@ -67,10 +76,13 @@ log = logging.getLogger("tango_jax")
 
 class TangoLoop:
     """`mesh`: the devices both models train and (with the JAX sampler) sample on; train.py
-    builds it from `cfg.mesh` and checks the micro-batches against it."""
+    builds it from `cfg.mesh` and checks the micro-batches against it. `stop`: the signals
+    that end the run early with a checkpoint (run/signals.py); after `run`, `stopped_at` is
+    the step it stopped after (None: it ran to the end)."""
 
-    def __init__(self, cfg: RunConfig, mesh: Mesh):
-        self.cfg, self.mesh = cfg, mesh
+    def __init__(self, cfg: RunConfig, mesh: Mesh, *, stop: StopSignals | None = None):
+        self.cfg, self.mesh, self.stop = cfg, mesh, stop
+        self.stopped_at: int | None = None
         self.run_dir = Path(cfg.run_dir)
         self.schedule = cfg.schedule
         self.process_items: list[ProcessItem] = []  # set by _data (synthetic task only)
@@ -100,7 +112,10 @@ class TangoLoop:
         """Every enabled role from its RL starting checkpoint: all SFT stages first (each
         writes a checkpoint), then the models, trainers and samplers."""
         cfg, mesh = self.cfg, self.mesh
-        paths = {k: prepare_rl_start(cfg, k, self.run_dir, mesh=mesh) for k in enabled_roles(cfg)}
+        paths = {
+            k: prepare_rl_start(cfg, k, self.run_dir, mesh=mesh, stop=self.stop)
+            for k in enabled_roles(cfg)
+        }
         trained = trained_roles(cfg)
         return {
             k: build_role(k, cfg.role(k), path, mesh, with_trainer=k in trained)
@@ -126,12 +141,18 @@ class TangoLoop:
             reader.close()
         # Data first: a missing or unusable file fails before SFT or any model loads.
         stream, eval_problems = self._data(None if host is None else host.data)
-        built = self._build_roles()
+        try:
+            built = self._build_roles()
+        except SFTStopped as e:  # a signal during an SFT stage, which saved its progress
+            log.warning("%s; launch the same command to resume", e)
+            self.stopped_at = 0
+            return {}
         gen, ver = built[Kind.GENERATOR], built.get(Kind.VERIFIER)
         trained = {kind: built[kind] for kind in trained_roles(cfg)}
         ckpt = RunCheckpointer(
             ckpt_dir,
             keep=cfg.checkpoint.keep,
+            scheduled=self._save_due,  # time and signal checkpoints: only the newest is kept
             models={
                 k.value: ModelInfo.from_model(r.model, r.init_path) for k, r in trained.items()
             },
@@ -155,7 +176,7 @@ class TangoLoop:
             if host is None and cfg.eval.before_train:
                 metrics.write(0, self._evaluate(ctx, eval_problems), phase="eval")
             final = self._train(ctx, trained, stream, eval_problems, ckpt, metrics, state)
-            if cfg.checkpoint.export_hf_at_end:
+            if cfg.checkpoint.export_hf_at_end and self.stopped_at is None:
                 for r in built.values():
                     if r.model is not None:  # a frozen vLLM role: unchanged
                         out = self.run_dir / "hf" / r.name
@@ -230,6 +251,7 @@ class TangoLoop:
         updates = dict(state.updates)
         norms = {kind: r.trainer.param_norm() for kind, r in trained.items()}  # before updates
         ahead: Prefetch | None = None  # the next step's rollouts, collected beside an update
+        point = StopPoint(self.stop, self.cfg.checkpoint.every_minutes)
         with Progress("tango steps", total=sched.total_steps - state.step) as bar:
             for step in range(state.step + 1, sched.total_steps + 1):
                 phase = sched.phase(step)
@@ -240,6 +262,7 @@ class TangoLoop:
                     rollouts = collect(
                         ctx, problems, global_step=step, phase=phase, timer=self.timer
                     )
+                position = stream.position  # where a checkpoint of this step resumes the data
                 ahead = self._prefetch(ctx, step, stream) if self._prefetch_due(step) else None
                 if phase.kind is Kind.GENERATOR:
                     out = generator_step(
@@ -275,13 +298,26 @@ class TangoLoop:
                     out |= final
                 metrics.write(step, out, phase=role + ("_warmup" if phase.warmup else ""))
                 log.info("step %d %s %s", step, role, _summary(out, phase.kind))
-                if self._save_due(step):
+                stop, timed = point.agree()  # the same on every process
+                if stop or timed or self._save_due(step):
+                    # With a prefetch in flight (time or signal checkpoints only: scheduled steps
+                    # are drained), `position` gives its problems back to the resumed run.
                     ckpt.save(
                         step,
                         _trainer_states(trained),
-                        HostState(step, updates, class_state, stream.position).to_dict(),
+                        HostState(step, updates, class_state, position).to_dict(),
                     )
+                    point.saved()
                 bar.update(1)
+                if stop and step < sched.total_steps:  # at the last step: the run is done
+                    self.stopped_at = step
+                    log.warning(
+                        "stopped after step %d (%s) and saved it; launch the same command to "
+                        "resume",
+                        step,
+                        self.stop.signal_name or "a signal to another process",
+                    )
+                    break
         return final
 
     def _check_divergence(self, out, role: Role, step: int, norms: dict, ckpt) -> None:

@@ -8,7 +8,10 @@ with `sft.<role>.enable`, SFT runs once (cross-entropy on the response tokens, a
 ends them, of (prompt, response) text pairs, the prompt as plain text or, with the role's
 `chat_template`, as the user turn of the chat template, as RL will see it) and writes
 `run_dir/sft/<role>`, an ordinary HF checkpoint that RL starts from and both samplers load; a
-resumed run finds it and skips the stage. SFT metrics go to `run_dir/sft_logs/<role>`.
+resumed run finds it and skips the stage. SFT metrics go to `run_dir/sft_logs/<role>`. A stop
+signal (run/signals.py) saves the stage's progress in `run_dir/sft_checkpoints/<role>`
+(run/sft_progress.py), as does `checkpoint.every_minutes`; a relaunch continues the stage from
+there, to the same weights as an uninterrupted stage.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from tango_jax.checkpoint.run import ModelInfo
 from tango_jax.config.roles import RoleConfig
 from tango_jax.config.run import DataSource, RunConfig
 from tango_jax.config.stages import SFTStage
@@ -36,6 +40,8 @@ from tango_jax.models.tokenizer import load_tokenizer
 from tango_jax.rl.batch import make_batch
 from tango_jax.rl.train_step import Objective
 from tango_jax.rl.trainer import Trainer
+from tango_jax.run.sft_progress import SFTProgress, saved_sft_step
+from tango_jax.run.signals import StopSignals
 from tango_jax.schema import to_dict
 from tango_jax.tango.kind import Kind
 from tango_jax.text import templates
@@ -87,13 +93,16 @@ def exists_on_process_0(path: Path) -> bool:
     return bool(multihost_utils.broadcast_one_to_all(np.int32(exists)))
 
 
-def prepare_rl_start(cfg: RunConfig, role: Kind, run_dir: Path, *, mesh: Mesh) -> Path:
+def prepare_rl_start(
+    cfg: RunConfig, role: Kind, run_dir: Path, *, mesh: Mesh, stop: StopSignals | None = None
+) -> Path:
     """Runs the role's SFT stage if `sft.<role>.enable` (once: a later call, or a resumed run,
     reuses its checkpoint, which is written atomically, so one that exists is complete) and
-    returns the HF checkpoint RL starts from."""
+    returns the HF checkpoint RL starts from. A signal caught by `stop` ends the stage with
+    its progress saved: SFTStopped."""
     stage = cfg.sft.stage(role)
     if role is Kind.VERIFIER and stage.start_from_generator:
-        path = prepare_rl_start(cfg, Kind.GENERATOR, run_dir, mesh=mesh)
+        path = prepare_rl_start(cfg, Kind.GENERATOR, run_dir, mesh=mesh, stop=stop)
     else:
         path = prepare_initial(cfg, role, run_dir)
     if not stage.enable:
@@ -103,15 +112,24 @@ def prepare_rl_start(cfg: RunConfig, role: Kind, run_dir: Path, *, mesh: Mesh) -
     if exists_on_process_0(out):
         return out
     log.info("SFT of the %s: %d steps", name, stage.steps)
-    # SFT metrics: their own file (steps restart at 1); a crashed SFT simply starts over.
-    # Several trainer processes: process 0 writes them (all compute the same).
+    progress = SFTProgress(
+        run_dir / "sft_checkpoints" / name,
+        name,
+        stop=stop,
+        every_minutes=cfg.checkpoint.every_minutes,
+    )
+    saved = saved_sft_step(progress.directory)
+    # SFT metrics: their own file (steps restart at 1); a crashed SFT starts over, a stopped
+    # one continues after its saved step. Several trainer processes: process 0 writes them
+    # (all compute the same).
     logs = run_dir / "sft_logs" / name
     writer = NoMetrics()
     if jax.process_index() == 0:
+        exists = (logs / "metrics.jsonl").exists()
         writer = MetricsWriter(
             logs,
             tensorboard=cfg.tensorboard,
-            resume_step=0 if (logs / "metrics.jsonl").exists() else None,
+            resume_step=saved if saved is not None else (0 if exists else None),
             wandb=wandb_sink(
                 cfg.wandb, logs, run_name=cfg.name, config=to_dict(cfg), job_type=f"sft_{name}"
             ),
@@ -125,7 +143,16 @@ def prepare_rl_start(cfg: RunConfig, role: Kind, run_dir: Path, *, mesh: Mesh) -
     try:
         examples = sft_examples(cfg, role)
         return run_sft(
-            name, stage, cfg.role(role), path, out, examples, mesh=mesh, seed=cfg.seed, log=log_step
+            name,
+            stage,
+            cfg.role(role),
+            path,
+            out,
+            examples,
+            mesh=mesh,
+            seed=cfg.seed,
+            log=log_step,
+            progress=progress,
         )
     finally:
         writer.close()
@@ -236,9 +263,11 @@ def run_sft(
     mesh: Mesh,
     seed: int,
     log: Callable[[int, dict[str, float]], None],
+    progress: SFTProgress | None = None,
 ) -> Path:
     """Trains `stage.steps` steps of `stage.batch_size` examples drawn (seeded) from `examples`
-    and saves the result at `out_path`."""
+    and saves the result at `out_path`. `progress`: where a stopped stage saved its progress
+    (continued from there) and saves it again on a signal or the clock."""
     if stage.trainer.loss.objective is not Objective.SFT:
         raise ValueError(
             f"sft.{role}.trainer.loss.objective must be 'sft', got "
@@ -259,9 +288,11 @@ def run_sft(
     )
     trainer = Trainer(model, stage.trainer, mesh=mesh)  # cosine horizon: stage.steps (derived)
     rng = np.random.default_rng(seed)
+    first = 1 if progress is None else progress.restore(trainer, rng)
+    info = ModelInfo.from_model(model, init_path)
     pad = tokenizer.pad_token_id or 0
-    with Progress(f"sft {role}", total=stage.steps) as bar:
-        for step in range(1, stage.steps + 1):
+    with Progress(f"sft {role}", total=stage.steps - first + 1) as bar:
+        for step in range(first, stage.steps + 1):
             rows = rng.choice(
                 len(encoded), size=stage.batch_size, replace=len(encoded) < stage.batch_size
             )
@@ -282,4 +313,9 @@ def run_sft(
                 )
             log(step, {f"sft/{role}/{k}": v for k, v in metrics.items()})
             bar.update(1)
-    return save_pretrained(model, out_path, tokenizer=tokenizer, overwrite=True)
+            if progress is not None and step < stage.steps:  # the last one: saved below
+                progress.after_step(step, trainer, rng, info)
+    out = save_pretrained(model, out_path, tokenizer=tokenizer, overwrite=True)
+    if progress is not None:
+        progress.finished()
+    return out

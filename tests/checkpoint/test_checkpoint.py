@@ -243,6 +243,20 @@ def test_keeps_the_last_k_steps(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["3", "4"]
 
 
+def test_time_and_signal_checkpoints_leave_the_keep_policy_to_scheduled_steps(tmp_path):
+    """Steps 2, 4, 6 are scheduled (every_steps=2); 3 and 5 are time or signal checkpoints: each
+    is kept only while it is the newest, and `keep` counts the scheduled ones."""
+    scheduled = lambda s: s % 2 == 0
+    seen = []
+    with RunCheckpointer(tmp_path, keep=2, models=_info(), scheduled=scheduled) as ckpt:
+        for step in range(2, 8):
+            ckpt.save(step, {"generator": _state(step)}, {"step": step})
+            ckpt.wait_until_finished()
+            seen.append(ckpt.all_steps())
+    assert seen == [[2], [2, 3], [2, 4], [2, 4, 5], [4, 6], [4, 6, 7]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["4", "6", "7"]
+
+
 # A writer that dies after every item of step 2 is written but before the step is committed
 # (its temporary directory renamed): the hardest moment for a crash. Self-contained, so the
 # subprocess imports only JAX and the checkpoint module.

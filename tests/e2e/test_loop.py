@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from short_runs import ROOT, TINY, child_env, config_flags
 from short_runs import comparable as _comparable
 from short_runs import short_config as _short_config
 from short_runs import weights as _weights
@@ -46,6 +47,15 @@ def _assert_resumed_like(run_dir: Path, copy: Path) -> None:
         wa, wb = _weights(run_dir / "hf" / role), _weights(copy / "hf" / role)
         for k in wa:
             np.testing.assert_array_equal(wa[k], wb[k], err_msg=f"{role} {k}")
+
+
+def _crashed_after_step_2(run_dir: Path, copy: Path) -> Path:
+    """A copy of the run as a crash right after step 2's checkpoint would have left it."""
+    shutil.copytree(run_dir, copy)
+    for name in ("4", "5"):
+        shutil.rmtree(copy / "checkpoints" / name)
+    shutil.rmtree(copy / "hf")
+    return copy
 
 
 @pytest.fixture(scope="module")
@@ -118,11 +128,7 @@ def test_resume_reproduces_the_uninterrupted_run(jax_run, tmp_path):
     later checkpoints: the resumed run must write the same metrics for steps 3-5 as the
     uninterrupted one and end with the same weights."""
     run_dir, _ = jax_run
-    copy = tmp_path / "b"
-    shutil.copytree(run_dir, copy)
-    for name in ("4", "5"):
-        shutil.rmtree(copy / "checkpoints" / name)
-    shutil.rmtree(copy / "hf")
+    copy = _crashed_after_step_2(run_dir, tmp_path / "b")
     cfg = _short_config(copy)
     _loop(cfg).run()
     _assert_resumed_like(run_dir, copy)
@@ -148,11 +154,7 @@ def test_kill_9_during_a_checkpoint_save_then_resume_reproduces_the_run(jax_run,
     directory (another child) must write the uninterrupted run's metrics for steps 3-5 and its
     final weights."""
     run_dir, _ = jax_run
-    copy = tmp_path / "k"
-    shutil.copytree(run_dir, copy)
-    for name in ("4", "5"):
-        shutil.rmtree(copy / "checkpoints" / name)
-    shutil.rmtree(copy / "hf")
+    copy = _crashed_after_step_2(run_dir, tmp_path / "k")
     here = Path(__file__).resolve().parent  # conftest, the helpers and this file
     tests = os.pathsep.join(map(str, [here.parent, here.parent / "helpers", here]))
     child = subprocess.Popen(
@@ -179,6 +181,94 @@ def test_kill_9_during_a_checkpoint_save_then_resume_reproduces_the_run(jax_run,
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     _assert_resumed_like(run_dir, copy)
+
+
+_SECRET = "key-2d8f1c0b9a7e"  # a vLLM key given in the config: written nowhere
+
+
+def _train_command(run_dir: Path) -> list[str]:
+    """`python -m tango_jax.train` for `_short_config(run_dir)`, with a vLLM key in the config
+    (a field that may change on resume; unused by the JAX sampler, but written with it)."""
+    key = f"--config.generator.sampler.vllm.api_key={_SECRET}"
+    return [
+        sys.executable,
+        "-m",
+        "tango_jax.train",
+        TINY,
+        *config_flags(_short_config(run_dir)),
+        key,
+    ]
+
+
+def _wait_for_line(child: subprocess.Popen, log: Path, text: str) -> None:
+    deadline = time.monotonic() + 600
+    while text not in log.read_text():
+        assert child.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.1)
+
+
+def test_sigterm_saves_the_step_in_flight_and_a_second_launch_is_refused(jax_run, tmp_path):
+    """The train command resumes a copy of the run from step 2 and gets SIGTERM as it starts step
+    3: it ends step 3 and saves it although no checkpoint is scheduled there (2, 4, 5), exits
+    with 75, and the same command then resumes it to the uninterrupted run's metrics for steps
+    3-5 and final weights. While the first run lives (held stopped with SIGSTOP between the two
+    signals), the same command into its run_dir is refused within seconds, with one line
+    naming the holder, and leaves it untouched. The vLLM key given in the config is in no
+    file of the run directory and in no log."""
+    run_dir, _ = jax_run
+    copy = _crashed_after_step_2(run_dir, tmp_path / "s")
+    env = child_env(compile_cache=tmp_path / "compile_cache")
+    log = tmp_path / "first.log"
+    with open(log, "w") as out:
+        first = subprocess.Popen(
+            _train_command(copy), cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+        _wait_for_line(first, log, "resumed from step 2")
+        first.send_signal(signal.SIGTERM)  # caught; the run goes on to the end of step 3
+        first.send_signal(signal.SIGSTOP)  # alive and holding the lock while the second starts
+        t0 = time.monotonic()
+        second = subprocess.run(
+            _train_command(copy), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+        )
+        refused_in = time.monotonic() - t0
+        first.send_signal(signal.SIGCONT)
+        first.wait(timeout=600)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert second.returncode == 73, second.stderr[-3000:]
+    line = second.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"run refused: run_dir {copy} is in use by host "), line
+    assert f" pid {first.pid} (started 20" in line and "--config.run_dir" in line, line
+    assert refused_in < 120, refused_in  # the import and config checks; no model is loaded
+    text = log.read_text()
+    assert first.returncode == 75, text[-3000:]
+    assert "SIGTERM: the run stops after the step in flight" in text
+    assert "stopped after step 3 (SIGTERM)" in text
+    ckpt = RunCheckpointer(copy / "checkpoints", keep=3, read_only=True)
+    assert ckpt.all_steps() == [2, 3] and ckpt.host()["host_state"]["step"] == 3
+    ckpt.close()
+    assert [r["step"] for r in read_metrics(copy)] == [0, 1, 2, 3]
+    assert not (copy / "hf").exists()
+
+    resumed = subprocess.run(
+        _train_command(copy), cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "resumed from step 3" in resumed.stdout
+    _assert_resumed_like(run_dir, copy)
+    # The step-3 checkpoint is gone once a later one exists; keep counts the scheduled ones.
+    assert RunCheckpointer(copy / "checkpoints", keep=3, read_only=True).all_steps() == [2, 4, 5]
+
+    logs = text + second.stdout + second.stderr + resumed.stdout + resumed.stderr
+    assert _SECRET not in logs
+    holding = [p for p in copy.rglob("*") if p.is_file() and _SECRET.encode() in p.read_bytes()]
+    assert not holding, holding
+    saved = json.loads((copy / "config.json").read_text())
+    assert saved["generator"]["sampler"]["vllm"]["api_key"] == "<redacted>"
 
 
 def test_resume_falls_back_from_a_damaged_checkpoint(request, tmp_path):

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 from safetensors.numpy import load_file
 
-from tango_jax.config.run import load_run_config, sibling_config
+from tango_jax.config.run import RunConfig, load_run_config, sibling_config
+from tango_jax.schema import to_dict
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = ROOT / "configs"
+TINY = f"--config={CONFIGS / 'tiny_arith.py'}:tango,scratch"  # the base of `config_flags`
 
 
 def short_config(
@@ -39,6 +43,7 @@ def short_config(
     c.eval.every_generator_steps = 2
     c.checkpoint.every_steps = 2
     c.checkpoint.keep = 3
+    c.checkpoint.every_minutes = 0  # only the scheduled saves (and signals) in tests
     return load_run_config(c)
 
 
@@ -61,3 +66,33 @@ def comparable(rows):
         }
         for r in rows
     ]
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in tree.items():
+        out |= _flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v}
+    return out
+
+
+def config_flags(cfg: RunConfig) -> list[str]:
+    """The `--config.*` flags that turn `TINY` into `cfg` for `python -m tango_jax.train`: the
+    fields where it differs (each a bool, int, float or str, so str() is its flag value)."""
+    tiny = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config("tango,scratch")
+    base = _flat(to_dict(load_run_config(tiny)))
+    return [f"--config.{k}={v}" for k, v in _flat(to_dict(cfg)).items() if base[k] != v]
+
+
+def child_env(local_devices: int = 8, compile_cache: Path | None = None) -> dict[str, str]:
+    """This environment for a child process: `local_devices` simulated CPU devices, the test
+    session's matmul precision (conftest), and JAX's persistent compilation cache in
+    `compile_cache` (most of a short run's time is compiling)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    env["JAX_PLATFORMS"] = "cpu"
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={local_devices}"
+    env["JAX_DEFAULT_MATMUL_PRECISION"] = "highest"
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    if compile_cache is not None:
+        env["JAX_COMPILATION_CACHE_DIR"] = str(compile_cache)
+        env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.2"
+    return env

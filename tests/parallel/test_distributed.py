@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -27,10 +28,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tango_jax.config.run import load_run_config, sibling_config
 from tango_jax.metrics.writer import read_metrics
 from tango_jax.parallel.distributed import DistributedConfig, fetch, put
-from tango_jax.schema import to_dict
 
 WORKER = Path(__file__).resolve().parents[1] / "helpers" / "distributed_worker.py"
 TIMEOUT_S = 900  # generous: the test machine is a shared 2-core CPU
@@ -62,15 +61,9 @@ def _run(tmp: Path, name: str, processes: int, *extra: str) -> list[dict]:
 
 
 def _env(local_devices: int, compile_cache: Path | None = None) -> dict[str, str]:
-    """This environment, with `local_devices` simulated CPU devices for a child process (and
-    JAX's persistent compilation cache in `compile_cache`)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
-    env["JAX_PLATFORMS"] = "cpu"
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={local_devices}"
-    if compile_cache is not None:
-        env["JAX_COMPILATION_CACHE_DIR"] = str(compile_cache)
-        env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.2"
-    return env
+    from short_runs import child_env
+
+    return child_env(local_devices, compile_cache)
 
 
 def _same_step(a: dict, b: dict) -> None:
@@ -157,19 +150,13 @@ def _train_flags(run_dir: Path) -> list[str]:
     three RL steps G, V, G (a cycle of one generator and one verifier step, no warm-up),
     evaluation before training and at the end only, on fewer process-bench items, and a
     checkpoint after every step."""
-    from short_runs import CONFIGS
+    from short_runs import config_flags
     from short_runs import short_config as _short_config
 
-    def flat(tree: dict, prefix: str = "") -> dict:
-        out = {}
-        for k, v in tree.items():
-            out |= flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v}
-        return out
-
-    tiny = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config("tango,scratch")
-    base = flat(to_dict(load_run_config(tiny)))
-    short = flat(to_dict(_short_config(run_dir, total_steps=3)))
-    fields = {k: v for k, v in short.items() if base[k] != v}
+    fields = dict(
+        f.removeprefix("--config.").split("=", 1)
+        for f in config_flags(_short_config(run_dir, total_steps=3))
+    )
     fields |= {
         "schedule.verifier_warmup_steps": 0,
         "schedule.n_generator_steps": 1,
@@ -183,14 +170,15 @@ def _train_flags(run_dir: Path) -> list[str]:
     return [f"--config.{k}={v}" for k, v in fields.items()]
 
 
-def _train(run_dir: Path, processes: int) -> list[subprocess.Popen]:
+def _train(run_dir: Path, processes: int, *flags: str) -> list[subprocess.Popen]:
     """Starts `python -m tango_jax.train` on 8 simulated CPU devices split over `processes`
     processes (the config's distributed.* fields, gloo between processes); logs beside
     run_dir. The runs in one directory share JAX's compilation cache: a resumed run loads the
     programs its layout's first run compiled (most of a run's time here is compiling)."""
-    config = f"--config={ROOT / 'configs/tiny_arith.py'}:tango,scratch"  # SFT in the run
-    cmd = [sys.executable, "-m", "tango_jax.train", config]
-    cmd += _train_flags(run_dir)
+    from short_runs import TINY
+
+    cmd = [sys.executable, "-m", "tango_jax.train", TINY]  # SFT in the run
+    cmd += [*_train_flags(run_dir), *flags]  # a later flag for a field wins
     port = _free_port()
     procs = []
     for pid in range(processes):
@@ -324,3 +312,49 @@ def test_the_train_command_in_two_processes_matches_one_and_resumes_across(tmp_p
         assert [r["step"] for r in rows] == [0, 1, 2, 3]
         _assert_same_rows(read_metrics(uninterrupted)[2:], rows[2:])
         _assert_same_weights(uninterrupted, copy)
+
+
+def test_sigterm_to_one_of_two_processes_stops_both_after_the_same_step(tmp_path):
+    """`python -m tango_jax.train` as 2 processes x 4 devices, with periodic checkpoints off
+    (and no SFT or evaluation, to be quick): SIGTERM reaches process 1 only, once step 1 is
+    written. Both processes stop after the same step (they agree at the end of every step),
+    exit with status 75 (stopped, saved), and the one checkpoint they wrote together is that
+    step's, readable and final."""
+    run_dir = tmp_path / "stopped"
+    no_sft = [f"--config.sft.{role}.enable=False" for role in ("generator", "verifier")]
+    fewer = ["--config.eval.before_train=False", "--config.eval.at_end=False"]
+    procs = _train(run_dir, 2, "--config.checkpoint.every_steps=0", *no_sft, *fewer)
+    logs = _logs(run_dir, 2)
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while _steps_written(run_dir) < 1:
+            assert all(p.poll() is None for p in procs), logs[0].read_text()[-3000:]
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        procs[1].send_signal(signal.SIGTERM)
+        codes = [p.wait(timeout=TIMEOUT_S) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert codes == [75, 75], [log.read_text()[-2000:] for log in logs]
+    stops = [
+        [line for line in log.read_text().splitlines() if "stopped after step" in line]
+        for log in logs
+    ]
+    assert all(len(s) == 1 for s in stops), stops
+    step = int(stops[0][0].split("stopped after step ")[1].split()[0])
+    assert step in (1, 2) and f"stopped after step {step} " in stops[1][0]
+    from tango_jax.checkpoint.run import RunCheckpointer
+
+    with RunCheckpointer(run_dir / "checkpoints", keep=1, read_only=True) as ckpt:
+        assert ckpt.all_steps() == [step]
+        assert ckpt.host()["host_state"]["step"] == step
+    assert [r["step"] for r in read_metrics(run_dir)] == list(range(1, step + 1))
+    assert not (run_dir / "hf").exists()  # not finished: no final export
+
+
+def _steps_written(run_dir: Path) -> int:
+    file = run_dir / "metrics.jsonl"
+    return file.read_text().count("\n") if file.exists() else 0

@@ -5,6 +5,7 @@ request / response mapping of the sampler. The real server is in test_vllm_sampl
 import asyncio
 import http.server
 import importlib.util
+import json
 import socket
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from tango_jax.rollout.vllm.client import (
     VLLMUnavailable,
 )
 from tango_jax.rollout.vllm.completions import completion_request, parse_completions
-from tango_jax.rollout.vllm.config import VLLMSamplerConfig
+from tango_jax.rollout.vllm.config import VLLMConfig, VLLMSamplerConfig
 from tango_jax.rollout.vllm.server import (
     AUTH_MIDDLEWARE,
     VLLMServerConfig,
@@ -33,6 +34,7 @@ from tango_jax.rollout.vllm.server import (
     server_env,
 )
 from tango_jax.rollout.vllm.sync import WeightSyncConfig
+from tango_jax.schema import REDACTED, to_dict
 
 # --- how the server is started -----------------------------------------------------------------
 
@@ -86,6 +88,28 @@ def test_key_goes_to_the_environment_and_guards_all_routes_never_to_argv():
     assert env["VLLM_API_KEY"] == "s3cret"
     assert env["CUDA_VISIBLE_DEVICES"] == "4,5"
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "1.5"
+
+
+def test_a_key_named_by_its_environment_variable_stays_out_of_the_config(monkeypatch):
+    """`api_key_env`: the run config holds the variable's name only; the server's environment
+    and the clients get the key when they start. A key given as `api_key` is redacted wherever
+    a config is written (`to_dict`: config.json, W&B)."""
+    monkeypatch.setenv("TANGO_TEST_VLLM_KEY", "k-from-env")
+    env_name = "TANGO_TEST_VLLM_KEY"
+    template = VLLMServerConfig(host="0.0.0.0", api_key_env=env_name)
+    run_cfg = VLLMConfig(api_key_env=env_name, server=template)
+    (server,) = run_cfg.sampler_config(model="/ckpt", max_model_len=64).servers
+    assert server.api_key is None and server.api_key_env == "TANGO_TEST_VLLM_KEY"
+    cmd = server_command(server, 9000)
+    assert "k-from-env" not in " ".join(cmd) and "--middleware" in cmd
+    assert server_env(server, base={})["VLLM_API_KEY"] == "k-from-env"
+    assert "k-from-env" not in json.dumps(to_dict(run_cfg))
+    monkeypatch.delenv("TANGO_TEST_VLLM_KEY")
+    with pytest.raises(ValueError, match=r"api_key_env \('TANGO_TEST_VLLM_KEY'\).*unset or empty"):
+        server_env(server, base={})
+    assert to_dict(VLLMConfig(api_key="s3cret"))["api_key"] == REDACTED
+    with pytest.raises(ValueError, match="api_key and api_key_env"):
+        VLLMConfig(api_key="s3cret", api_key_env="TANGO_TEST_VLLM_KEY")
 
 
 def test_blocked_module_is_unimportable_in_the_server_environment():

@@ -3,18 +3,26 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import signal
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from safetensors.numpy import load_file
+from short_runs import comparable
 
 from tango_jax.config.run import base_config, load_run_config, sibling_config
 from tango_jax.data import synthetic_labels
 from tango_jax.data.synthetic import ArithConfig, VerifierAnalysis, VerifierLabels
+from tango_jax.metrics.writer import read_metrics
 from tango_jax.models.tokenizer import tiny_tokenizer
 from tango_jax.parallel.mesh import make_mesh
 from tango_jax.run.sft import SFTPair, check_response_lengths, encode_examples, prepare_rl_start
+from tango_jax.run.sft_progress import SFTStopped
+from tango_jax.run.signals import StopSignals
 from tango_jax.tango.kind import Kind
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -123,3 +131,38 @@ def test_sft_responses_longer_than_the_rl_budget_are_named(caplog):
     [record] = caplog.records
     assert "verifier.rollout.max_tokens (128)" in record.getMessage()
     assert f"at least {longest}" in record.getMessage()
+
+
+@pytest.mark.slow
+def test_a_signal_during_sft_saves_it_and_the_relaunch_continues_it(tmp_path):
+    """SIGTERM arrives before the generator's 3-step SFT starts: the stage runs step 1, saves
+    its progress and stops (SFTStopped); the relaunch continues from step 2 and ends with the
+    uninterrupted stage's weights and metric lines, bit for bit, and removes the progress."""
+    cfg = _config(tmp_path / "a", verifier_sft=False)
+    cfg = dataclasses.replace(
+        cfg,
+        sft=dataclasses.replace(cfg.sft, generator=dataclasses.replace(cfg.sft.generator, steps=3)),
+    )
+    mesh = make_mesh(cfg.mesh)
+    whole = prepare_rl_start(cfg, Kind.GENERATOR, tmp_path / "a", mesh=mesh)
+
+    run_dir = tmp_path / "b"
+    cfg_b = dataclasses.replace(cfg, run_dir=str(run_dir))
+    with StopSignals() as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)
+        with pytest.raises(SFTStopped, match="SIGTERM.*after SFT step 1 of the generator"):
+            prepare_rl_start(cfg_b, Kind.GENERATOR, run_dir, mesh=mesh, stop=stop)
+    assert not (run_dir / "sft" / "generator").exists()
+    assert [p.name for p in (run_dir / "sft_checkpoints" / "generator").iterdir()] == ["1"]
+    with StopSignals() as stop:
+        resumed = prepare_rl_start(cfg_b, Kind.GENERATOR, run_dir, mesh=mesh, stop=stop)
+    a, b = _weights(whole), _weights(resumed)
+    assert a.keys() == b.keys()
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    rows_a = read_metrics(tmp_path / "a" / "sft_logs" / "generator")
+    rows_b = read_metrics(run_dir / "sft_logs" / "generator")
+    assert [r["step"] for r in rows_b] == [1, 2, 3]
+    assert comparable(rows_b) == comparable(rows_a)
+    assert not (run_dir / "sft_checkpoints" / "generator").exists()

@@ -9,6 +9,11 @@ requires `Authorization: Bearer <key>` on every path except the liveness probes 
 /ping. The key comes from the VLLM_API_KEY environment variable (never the command line,
 where `ps` would show it), read once at startup; a missing key stops the server from starting
 rather than serving the routes open.
+
+On the trainer's side the key comes from the environment variable a config names
+(`sampler.vllm.api_key_env`, resolved by `key_from` when a client or server starts), so it is
+never in the run's config.json, W&B config or command line; a key given as `api_key` itself is
+accepted but redacted wherever the config is written (schema.to_dict).
 """
 
 from __future__ import annotations
@@ -20,6 +25,21 @@ import os
 KEY_ENV = "VLLM_API_KEY"
 OPEN_PATHS = frozenset({"/health", "/ping"})
 _UNAUTHORIZED = b'{"error": "Unauthorized: send the server API key as a Bearer token."}'
+
+
+def key_from(api_key: str | None, api_key_env: str) -> str | None:
+    """The key to use: `api_key`, else the value of the environment variable `api_key_env`
+    (an empty name: no key). A named variable that is unset or empty is an error, not no key."""
+    if api_key or not api_key_env:
+        return api_key or None
+    key = os.environ.get(api_key_env, "")
+    if not key:
+        raise ValueError(
+            f"sampler.vllm.api_key_env ({api_key_env!r}): that environment variable is unset or "
+            f"empty; export {api_key_env}=<the servers' key> before launching (the key itself "
+            "never goes in the config)."
+        )
+    return key
 
 
 class PrivilegedRouteAuth:

@@ -14,7 +14,7 @@ import dataclasses
 
 from tango_jax.rollout.vllm.server import VLLMServerConfig
 from tango_jax.rollout.vllm.sync import SyncBackend, WeightSyncConfig
-from tango_jax.schema import apply_derived, derived
+from tango_jax.schema import apply_derived, derived, secret_field
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,7 +24,10 @@ class VLLMClientConfig:
 
     urls: tuple[str, ...] = ()  # running servers to use (e.g. from tango_jax/launch_vllm.py)
     # The servers' key: required on every route but /health, the weight-update routes included.
-    api_key: str | None = dataclasses.field(default=None, repr=False)
+    # Name the environment variable that holds it (the key never enters config.json, W&B or the
+    # command line); `api_key` itself still works but is redacted wherever a config is written.
+    api_key_env: str = ""
+    api_key: str | None = secret_field()
     # How weights reach the servers (backend and dtype must match theirs).
     sync: WeightSyncConfig = dataclasses.field(default_factory=WeightSyncConfig)
     request_timeout_s: float = 1800.0  # limit of one completions request (one prompt's n samples)
@@ -91,6 +94,7 @@ class VLLMConfig(VLLMClientConfig):
             dtype=("sync.dtype", lambda c: c.sync.dtype),
             weight_transfer_backend=("sync.backend", lambda c: c.sync.backend.value),
             api_key=("api_key", lambda c: c.api_key),
+            api_key_env=("api_key_env", lambda c: c.api_key_env),
         ),
     )
 

@@ -52,6 +52,7 @@ from typing import Any
 from tango_jax.models.config import ModelConfig
 from tango_jax.models.hf import read_config
 from tango_jax.rollout.base import Completion, Prompt, SamplingParams, WeightsHeldError
+from tango_jax.rollout.vllm.auth import key_from
 from tango_jax.rollout.vllm.client import (
     VLLMClient,
     VLLMHTTPError,
@@ -135,7 +136,7 @@ class VLLMSampler:
             server = VLLMServer(server_config, name=f"vllm-{i}")
             self.replicas.append(_Replica(server.name, server.client(**timeouts), server))
         for i, url in enumerate(cfg.urls):
-            client = VLLMClient(url, api_key=cfg.api_key, **timeouts)
+            client = VLLMClient(url, api_key=key_from(cfg.api_key, cfg.api_key_env), **timeouts)
             self.replicas.append(_Replica(f"vllm-{i}", client, None))
         # Importing vLLM's transfer engines costs the first sync ~10 s: do it while the
         # servers start.

