@@ -17,9 +17,13 @@ resident parameters, optimizer state and reference model: the device total is th
 plus that. Models come from the config's model.path (its config.json) when it exists, else from
 the preset whose name the path's directory starts with (Qwen2.5-Math-7B-SFT -> qwen2.5-math-7b).
 
-`--layers 2,4` (the default) compiles each step at 2 and 4 layers and extrapolates every number
+`--layers 4,8` (the default) compiles each step at 4 and 8 layers and extrapolates every number
 linearly to the model's depth (compiling 28 unrolled 7B layers on a CPU takes far longer and
-more memory than this machine has to spare); `--layers full` compiles the real depth.
+more memory than this machine has to spare); `--layers full` compiles the real depth. Not 2
+layers: there the step's peak is in the log-prob head and the loss, not in the layer stack, so
+a 2-layer plan lies off the per-layer line and a change that only lowered it (the 2-D token
+matmuls: 13.9 -> 13.5 GB for the 7B generator) read as 14 GB more at 28 layers through the
+steeper 2-to-4 slope (docs/benchmarks.md, "Memory plan").
 
 Caveat: the plan is the CPU compiler's. GPU XLA fuses differently and assigns buffers
 differently (and CPU may widen bf16 arithmetic to f32), so read the temporaries as an estimate
@@ -74,7 +78,7 @@ from tango_jax.tango.kind import Kind  # noqa: E402
 _CONFIG = config_flags.DEFINE_config_file("config", None, "configs/NAME.py[:VARIANT]")
 flags.mark_flags_as_required(["config"])
 flags.DEFINE_integer("devices", 8, "simulated devices (the trainer's GPUs)")
-flags.DEFINE_string("layers", "2,4", "two depths to extrapolate from, or 'full'")
+flags.DEFINE_string("layers", "4,8", "two depths to extrapolate from, or 'full'")
 flags.DEFINE_string("json_out", "", "also write the table as JSON to this file")
 FLAGS = flags.FLAGS
 
@@ -188,7 +192,7 @@ def main(argv: list[str]) -> int:
     mesh = make_mesh(cfg.mesh)
     layers = None if FLAGS.layers == "full" else [int(x) for x in FLAGS.layers.split(",")]
     if layers is not None and len(layers) != 2:
-        raise app.UsageError(f"--layers {FLAGS.layers!r}: give two depths (e.g. 2,4) or 'full'.")
+        raise app.UsageError(f"--layers {FLAGS.layers!r}: give two depths (e.g. 4,8) or 'full'.")
     print(
         f"{cfg.name}: mesh {dict(mesh.shape)} over {jax.device_count()} simulated "
         f"{jax.default_backend()} devices; GB = 1e9 bytes per device",

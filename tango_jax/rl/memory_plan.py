@@ -41,6 +41,12 @@ from tango_jax.parallel.partition import abstract_model, state_shardings
 from tango_jax.rl.train_step import TrainerConfig, train_step
 from tango_jax.rl.trainer import optimizer_shardings
 
+# The CPU backend's default scheduler optimises for concurrency and starts every rematerialised
+# forward early, keeping all layers' recomputed activations alive at once; the
+# memory-minimising one orders the program as a GPU's memory-aware scheduler would.
+# scripts/bench/check_memory.py sets it process-wide through XLA_FLAGS, tests per compile.
+PLAN_SCHEDULER = {"xla_cpu_enable_concurrency_optimized_scheduler": False}
+
 GB = 1e9  # decimal gigabytes, as GPU memory sizes are quoted (80 GB A100/H100, 141 GB H200)
 
 
@@ -122,9 +128,11 @@ def compile_step(
     prompt_len: int,
     response_len: int,
     with_ref: bool,
+    compiler_options: dict | None = None,
 ):
     """(compiled step, abstract params, opt state, ref params, batch): `Trainer`'s jit of
-    `train_step` (same shardings, same donation), compiled from abstract arrays."""
+    `train_step` (same shardings, same donation), compiled from abstract arrays.
+    `compiler_options`: XLA debug options for this compile only (e.g. `PLAN_SCHEDULER`)."""
     dp = data_parallel_size(mesh)
     if rows % trainer_cfg.micro_batch_size or trainer_cfg.micro_batch_size % dp:
         raise ValueError(
@@ -147,7 +155,7 @@ def compile_step(
         out_shardings=(shardings(params), shardings(opt_state), replicated, rows_sharding),
     )
     with jax.set_mesh(mesh):
-        compiled = jitted.lower(params, opt_state, ref, batch).compile()
+        compiled = jitted.lower(params, opt_state, ref, batch).compile(compiler_options)
     return compiled, params, opt_state, ref, batch
 
 
