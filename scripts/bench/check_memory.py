@@ -25,6 +25,12 @@ a 2-layer plan lies off the per-layer line and a change that only lowered it (th
 matmuls: 13.9 -> 13.5 GB for the 7B generator) read as 14 GB more at 28 layers through the
 steeper 2-to-4 slope (docs/benchmarks.md, "Memory plan").
 
+Attention is planned as a GPU would run it: where cuDNN's flash attention fits (bf16/fp16, the
+default "auto"), which a CPU cannot compile, through "xla_blocked" (64-query blocks of scores,
+still above cuDNN's memory); a forced "xla", or float32, through the einsums over whole [T, T]
+scores (`rl.memory_plan.gpu_attention_proxy`). Until 2026-11-26 every plan used the einsums:
+7.5 GB of float32 scores per 8192-token row and layer that cuDNN never writes.
+
 Caveat: the plan is the CPU compiler's. GPU XLA fuses differently and assigns buffers
 differently (and CPU may widen bf16 arithmetic to f32), so read the temporaries as an estimate
 of the GPU's, not as its figure; the parameter, optimizer-state and batch bytes are exact.
@@ -71,7 +77,13 @@ from tango_jax.config.run import RunConfig, load_run_config, trained_roles  # no
 from tango_jax.models import presets, read_config  # noqa: E402
 from tango_jax.models.config import ModelConfig, dtype_from_name  # noqa: E402
 from tango_jax.parallel.mesh import make_mesh  # noqa: E402
-from tango_jax.rl.memory_plan import GB, StepMemory, linear_fit, step_memory  # noqa: E402
+from tango_jax.rl.memory_plan import (  # noqa: E402
+    GB,
+    StepMemory,
+    gpu_attention_proxy,
+    linear_fit,
+    step_memory,
+)
 from tango_jax.rl.train_step import Objective  # noqa: E402
 from tango_jax.tango.kind import Kind  # noqa: E402
 
@@ -110,12 +122,11 @@ def role_plans(cfg: RunConfig, mesh, layers: list[int] | None) -> dict[str, Step
             dtype=dtype_from_name(role.dtype),
             param_dtype=dtype_from_name(role.param_dtype),
             remat=role.remat,
-            # The plan is for GPUs, whose "auto" runs cuDNN (which a CPU cannot compile) or the
-            # einsums; plan the einsums that materialise the scores, the larger of the two
-            # ("auto" here would be the CPU's xla_blocked). A forced xla_blocked is planned as is.
-            attention="xla_blocked" if role.attention == "xla_blocked" else "xla",
+            attention=role.attention,
         )
         mcfg = model_config(role.model.path, role.model.preset, **numerics)
+        # The plan is for GPUs: the kernel a GPU would run, or its nearest CPU stand-in.
+        mcfg = mcfg.replace(attention=gpu_attention_proxy(mcfg))
         loss = role.trainer.loss
         bucket = role.response_bucket
         shape = dict(

@@ -35,7 +35,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from tango_jax.models.config import ModelConfig
-from tango_jax.models.transformer import Transformer
+from tango_jax.models.transformer import Transformer, cudnn_fits
 from tango_jax.parallel.mesh import data_parallel_size
 from tango_jax.parallel.partition import abstract_model, state_shardings
 from tango_jax.rl.train_step import TrainerConfig, train_step
@@ -74,6 +74,19 @@ class StepMemory:
     def resident(self) -> float:
         """What stays on the device between steps: parameters, optimizer state, reference."""
         return self.params + self.opt_state + self.ref_params
+
+
+def gpu_attention_proxy(config: ModelConfig) -> str:
+    """The CPU-compilable attention kernel whose plan stands for the one a GPU would run.
+
+    "auto" and "cudnn" run cuDNN's flash attention on a GPU wherever it fits (bf16/fp16, head
+    size a multiple of 8 up to 128), which keeps no [T, T] scores; a CPU cannot compile it, and
+    "xla_blocked" (float32 scores of 64 queries at a time) is the nearest kernel it can, still
+    above cuDNN's memory. Elsewhere a GPU runs the einsums ("xla"), planned as they are.
+    """
+    if config.attention in ("xla", "xla_blocked"):
+        return config.attention
+    return "xla_blocked" if cudnn_fits(config, config.dtype) else "xla"
 
 
 def shard_bytes(tree) -> float:

@@ -21,7 +21,7 @@ import jaxlib
 
 from tango_jax.models import presets
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
-from tango_jax.rl.memory_plan import PLAN_SCHEDULER, compile_step
+from tango_jax.rl.memory_plan import PLAN_SCHEDULER, compile_step, gpu_attention_proxy
 from tango_jax.rl.train_step import LossConfig, TrainerConfig
 
 # jaxlib version -> planned temporaries in bytes (per device) of `small_step_plan()`.
@@ -74,3 +74,12 @@ def test_planned_temporaries_stay_at_the_recorded_figure():
         f"planned temporaries {got:,} B are {1 - got / want:.1%} below the recorded {want:,} B: "
         "re-record the figure so that the guard stays tight."
     )
+
+
+def test_the_plan_stands_for_the_attention_kernel_a_gpu_would_run():
+    bf16 = presets.get("qwen2.5-7b", dtype=jnp.bfloat16)
+    assert gpu_attention_proxy(bf16) == "xla_blocked"  # cuDNN on a GPU: no [T, T] scores
+    assert gpu_attention_proxy(bf16.replace(attention="cudnn")) == "xla_blocked"
+    assert gpu_attention_proxy(bf16.replace(attention="xla")) == "xla"  # forced: as is
+    assert gpu_attention_proxy(bf16.replace(head_dim=256)) == "xla"  # cuDNN does not fit
+    assert gpu_attention_proxy(presets.get("qwen2.5-7b", dtype=jnp.float32)) == "xla"

@@ -23,8 +23,9 @@ def _env():
 def test_dry_run_runs_every_item_and_writes_one_dated_table(tmp_path):
     out = tmp_path / "check.md"
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--dry-run", "--out", str(out)],
-        capture_output=True, text=True, env=_env(), timeout=900, cwd=ROOT,
+        # no time budget here: a loaded CI machine must not turn items into "skipped"
+        [sys.executable, str(SCRIPT), "--dry-run", "--out", str(out), "--budget-s", "1e9"],
+        capture_output=True, text=True, env=_env(), timeout=1800, cwd=ROOT,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = json.loads(out.with_suffix(".json").read_text())
@@ -60,3 +61,14 @@ def test_without_dry_run_a_cpu_is_refused_in_one_line():
     )  # fmt: skip
     assert proc.returncode == 2
     assert "not 'gpu'" in proc.stderr and "--dry-run" in proc.stderr
+
+
+def test_a_spent_budget_skips_the_remaining_items_and_still_writes_the_table(tmp_path):
+    out = tmp_path / "check.md"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--dry-run", "--out", str(out), "--budget-s", "-1"],
+        capture_output=True, text=True, env=_env(), timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(out.with_suffix(".json").read_text())["rows"]
+    assert len(rows) == 4 and all(r["skipped"].startswith("time budget") for r in rows)
