@@ -20,15 +20,20 @@ def _env():
     return {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one CPU device
 
 
-def test_dry_run_runs_every_item_and_writes_one_dated_table(tmp_path):
-    out = tmp_path / "check.md"
+def _dry_run(out: Path, *, budget_s: str, timeout: int) -> dict:
+    """Runs `gpu_check.py --dry-run`; returns the JSON table it wrote beside `out`."""
     proc = subprocess.run(
-        # no time budget here: a loaded CI machine must not turn items into "skipped"
-        [sys.executable, str(SCRIPT), "--dry-run", "--out", str(out), "--budget-s", "1e9"],
-        capture_output=True, text=True, env=_env(), timeout=1800, cwd=ROOT,
+        [sys.executable, str(SCRIPT), "--dry-run", "--out", str(out), "--budget-s", budget_s],
+        capture_output=True, text=True, env=_env(), timeout=timeout, cwd=ROOT,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    table = json.loads(out.with_suffix(".json").read_text())
+    return json.loads(out.with_suffix(".json").read_text())
+
+
+def test_dry_run_runs_every_item_and_writes_one_dated_table(tmp_path):
+    out = tmp_path / "check.md"
+    # no time budget here: a loaded CI machine must not turn items into "skipped"
+    table = _dry_run(out, budget_s="1e9", timeout=1800)
     env, rows = table["environment"], table["rows"]
     assert env["backend"] == "cpu" and env["date_utc"][:4].isdigit() and env["driver"] == "none"
     names = [r["item"] for r in rows]
@@ -64,11 +69,5 @@ def test_without_dry_run_a_cpu_is_refused_in_one_line():
 
 
 def test_a_spent_budget_skips_the_remaining_items_and_still_writes_the_table(tmp_path):
-    out = tmp_path / "check.md"
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--dry-run", "--out", str(out), "--budget-s", "-1"],
-        capture_output=True, text=True, env=_env(), timeout=300, cwd=ROOT,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = json.loads(out.with_suffix(".json").read_text())["rows"]
+    rows = _dry_run(tmp_path / "check.md", budget_s="-1", timeout=300)["rows"]
     assert len(rows) == 4 and all(r["skipped"].startswith("time budget") for r in rows)
