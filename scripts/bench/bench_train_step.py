@@ -202,6 +202,13 @@ def main(argv: list[str]) -> int:
         "summarise it with scripts/bench/trace_summary.py)",
     )
     p.add_argument("--peak-tflops", type=float, help="device peak, for MFU (H100 bf16: 989)")
+    p.add_argument(
+        "--vocab-block",
+        type=int,
+        default=0,
+        help="LossConfig.logprob_vocab_block: the log-prob head over vocabulary blocks of this "
+        "many columns (0: the whole vocabulary at once)",
+    )
     args = p.parse_args(argv)
     if args.against_torch and not args.no_kl:
         p.error("--against-torch compares the step without the KL term: add --no-kl.")
@@ -218,7 +225,11 @@ def main(argv: list[str]) -> int:
     # the benchmark times the step, not the start-up.
     model = shard_model(Transformer(cfg, rngs=nnx.Rngs(0)), mesh)
     ref = None if args.no_kl else shard_model(Transformer(cfg, rngs=nnx.Rngs(1)), mesh)
-    loss = LossConfig(kl_coef=0.0 if args.no_kl else 0.001, entropy_coef=entropy)
+    loss = LossConfig(
+        kl_coef=0.0 if args.no_kl else 0.001,
+        entropy_coef=entropy,
+        logprob_vocab_block=args.vocab_block,
+    )
     tcfg = TrainerConfig(loss=loss, micro_batch_size=args.micro_batch or args.batch)
     b, pl, rl = args.batch, args.prompt_len, args.response_len
     batch = random_batch(cfg, b, pl, rl)
@@ -260,6 +271,7 @@ def main(argv: list[str]) -> int:
         "devices": jax.device_count(),
         "dtype": args.dtype,
         "attention": args.attention,
+        "vocab_block": args.vocab_block,
         "batch": b,
         "length": pl + rl,
         "compile_s": round(compile_s, 2),

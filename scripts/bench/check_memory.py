@@ -18,9 +18,19 @@ resident parameters, optimizer state and reference model: the device total is th
 plus that. Models come from the config's model.path (its config.json) when it exists, else from
 the preset whose name the path's directory starts with (Qwen2.5-Math-7B-SFT -> qwen2.5-math-7b).
 
-`--layers 2,4` (the default) compiles each step at 2 and 4 layers and extrapolates every number
+`--layers 4,8` (the default) compiles each step at 4 and 8 layers and extrapolates every number
 linearly to the model's depth (compiling 28 unrolled 7B layers on a CPU takes far longer and
-more memory than this machine has to spare); `--layers full` compiles the real depth.
+more memory than this machine has to spare); `--layers full` compiles the real depth. Not 2
+layers: there the step's peak is in the log-prob head and the loss, not in the layer stack, so
+a 2-layer plan lies off the per-layer line and a change that only lowered it (the 2-D token
+matmuls: 13.9 -> 13.5 GB for the 7B generator) read as 14 GB more at 28 layers through the
+steeper 2-to-4 slope (docs/benchmarks.md, "Memory plan").
+
+Attention is planned as a GPU would run it: where cuDNN's flash attention fits (bf16/fp16, the
+default "auto"), which a CPU cannot compile, through "xla_blocked" (64-query blocks of scores,
+still above cuDNN's memory); a forced "xla", or float32, through the einsums over whole [T, T]
+scores (`rl.memory_plan.gpu_attention_proxy`). Until 2026-11-26 every plan used the einsums:
+7.5 GB of float32 scores per 8192-token row and layer that cuDNN never writes.
 
 Caveat: the plan is the CPU compiler's. GPU XLA fuses differently and assigns buffers
 differently (and CPU may widen bf16 arithmetic to f32), so read the temporaries as an estimate
@@ -68,14 +78,20 @@ from tango_jax.config.run import RunConfig, load_run_config, trained_roles  # no
 from tango_jax.models import presets, read_config  # noqa: E402
 from tango_jax.models.config import ModelConfig, dtype_from_name  # noqa: E402
 from tango_jax.parallel.mesh import make_mesh  # noqa: E402
-from tango_jax.rl.memory_plan import GB, StepMemory, linear_fit, step_memory  # noqa: E402
+from tango_jax.rl.memory_plan import (  # noqa: E402
+    GB,
+    StepMemory,
+    gpu_attention_proxy,
+    linear_fit,
+    step_memory,
+)
 from tango_jax.rl.train_step import Objective  # noqa: E402
 from tango_jax.tango.kind import Kind  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "configs/NAME.py[:VARIANT]")
 flags.mark_flags_as_required(["config"])
 flags.DEFINE_integer("devices", 8, "simulated devices (the trainer's GPUs)")
-flags.DEFINE_string("layers", "2,4", "two depths to extrapolate from, or 'full'")
+flags.DEFINE_string("layers", "4,8", "two depths to extrapolate from, or 'full'")
 flags.DEFINE_string("json_out", "", "also write the table as JSON to this file")
 FLAGS = flags.FLAGS
 
@@ -107,12 +123,11 @@ def role_plans(cfg: RunConfig, mesh, layers: list[int] | None) -> dict[str, Step
             dtype=dtype_from_name(role.dtype),
             param_dtype=dtype_from_name(role.param_dtype),
             remat=role.remat,
-            # The plan is for GPUs, whose "auto" runs cuDNN (which a CPU cannot compile) or the
-            # einsums; plan the einsums that materialise the scores, the larger of the two
-            # ("auto" here would be the CPU's xla_blocked). A forced xla_blocked is planned as is.
-            attention="xla_blocked" if role.attention == "xla_blocked" else "xla",
+            attention=role.attention,
         )
         mcfg = model_config(role.model.path, role.model.preset, **numerics)
+        # The plan is for GPUs: the kernel a GPU would run, or its nearest CPU stand-in.
+        mcfg = mcfg.replace(attention=gpu_attention_proxy(mcfg))
         loss = role.trainer.loss
         bucket = role.response_bucket
         shape = dict(
@@ -189,7 +204,7 @@ def main(argv: list[str]) -> int:
     mesh = make_mesh(cfg.mesh)
     layers = None if FLAGS.layers == "full" else [int(x) for x in FLAGS.layers.split(",")]
     if layers is not None and len(layers) != 2:
-        raise app.UsageError(f"--layers {FLAGS.layers!r}: give two depths (e.g. 2,4) or 'full'.")
+        raise app.UsageError(f"--layers {FLAGS.layers!r}: give two depths (e.g. 4,8) or 'full'.")
     print(
         f"{cfg.name}: mesh {dict(mesh.shape)} over {jax.device_count()} simulated "
         f"{jax.default_backend()} devices; GB = 1e9 bytes per device",

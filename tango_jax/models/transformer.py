@@ -70,15 +70,20 @@ def apply_rope(x_BxTxNxH: jax.Array, positions_BxT: jax.Array, inv_freq: np.ndar
     return x_BxTxNxH * cos + rotated * sin
 
 
-def use_cudnn(config: ModelConfig, dtype) -> bool:
-    """Whether full-sequence attention runs cuDNN's fused kernel (see ModelConfig.attention)."""
-    if config.attention in ("xla", "xla_blocked"):
-        return False
-    fits = (
+def cudnn_fits(config: ModelConfig, dtype) -> bool:
+    """Whether cuDNN's fused attention supports this dtype and head size (on an NVIDIA GPU)."""
+    return (
         jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16)
         and config.head_dim % 8 == 0
         and config.head_dim <= 128
     )
+
+
+def use_cudnn(config: ModelConfig, dtype) -> bool:
+    """Whether full-sequence attention runs cuDNN's fused kernel (see ModelConfig.attention)."""
+    if config.attention in ("xla", "xla_blocked"):
+        return False
+    fits = cudnn_fits(config, dtype)
     if config.attention == "cudnn":
         if not fits or jax.default_backend() != "gpu":
             raise ValueError(

@@ -35,11 +35,17 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from tango_jax.models.config import ModelConfig
-from tango_jax.models.transformer import Transformer
+from tango_jax.models.transformer import Transformer, cudnn_fits
 from tango_jax.parallel.mesh import data_parallel_size
 from tango_jax.parallel.partition import abstract_model, state_shardings
 from tango_jax.rl.train_step import TrainerConfig, train_step
 from tango_jax.rl.trainer import optimizer_shardings
+
+# The CPU backend's default scheduler optimises for concurrency and starts every rematerialised
+# forward early, keeping all layers' recomputed activations alive at once; the
+# memory-minimising one orders the program as a GPU's memory-aware scheduler would.
+# scripts/bench/check_memory.py sets it process-wide through XLA_FLAGS, tests per compile.
+PLAN_SCHEDULER = {"xla_cpu_enable_concurrency_optimized_scheduler": False}
 
 GB = 1e9  # decimal gigabytes, as GPU memory sizes are quoted (80 GB A100/H100, 141 GB H200)
 
@@ -68,6 +74,19 @@ class StepMemory:
     def resident(self) -> float:
         """What stays on the device between steps: parameters, optimizer state, reference."""
         return self.params + self.opt_state + self.ref_params
+
+
+def gpu_attention_proxy(config: ModelConfig) -> str:
+    """The CPU-compilable attention kernel whose plan stands for the one a GPU would run.
+
+    "auto" and "cudnn" run cuDNN's flash attention on a GPU wherever it fits (bf16/fp16, head
+    size a multiple of 8 up to 128), which keeps no [T, T] scores; a CPU cannot compile it, and
+    "xla_blocked" (float32 scores of 64 queries at a time) is the nearest kernel it can, still
+    above cuDNN's memory. Elsewhere a GPU runs the einsums ("xla"), planned as they are.
+    """
+    if config.attention in ("xla", "xla_blocked"):
+        return config.attention
+    return "xla_blocked" if cudnn_fits(config, config.dtype) else "xla"
 
 
 def shard_bytes(tree) -> float:
@@ -122,9 +141,11 @@ def compile_step(
     prompt_len: int,
     response_len: int,
     with_ref: bool,
+    compiler_options: dict | None = None,
 ):
     """(compiled step, abstract params, opt state, ref params, batch): `Trainer`'s jit of
-    `train_step` (same shardings, same donation), compiled from abstract arrays."""
+    `train_step` (same shardings, same donation), compiled from abstract arrays.
+    `compiler_options`: XLA debug options for this compile only (e.g. `PLAN_SCHEDULER`)."""
     dp = data_parallel_size(mesh)
     if rows % trainer_cfg.micro_batch_size or trainer_cfg.micro_batch_size % dp:
         raise ValueError(
@@ -147,7 +168,7 @@ def compile_step(
         out_shardings=(shardings(params), shardings(opt_state), replicated, rows_sharding),
     )
     with jax.set_mesh(mesh):
-        compiled = jitted.lower(params, opt_state, ref, batch).compile()
+        compiled = jitted.lower(params, opt_state, ref, batch).compile(compiler_options)
     return compiled, params, opt_state, ref, batch
 
 

@@ -117,6 +117,10 @@ class LossConfig:
     agg_mode: losses.LossAggMode = losses.LossAggMode.TOKEN_MEAN
     temperature: float = 1.0  # logits are divided by the sampling temperature (as the sampler)
     logprob_chunk: int = 256  # sequence chunk for the log-prob pass (memory, not numerics)
+    # Vocabulary columns per block of the log-prob head (online log-sum-exp, custom backward:
+    # no float32 [rows, chunk, V] logits; rl.vocab_blocks); 0: the whole vocabulary at once.
+    # Memory and speed only: the same numbers up to float rounding.
+    logprob_vocab_block: int = 0
     # PPO ratio. False: old = stop_gradient(current), i.e. ρ ≡ 1, which is exactly the official
     # one-epoch one-mini-batch regime without a second forward. True: old = sampler log-probs.
     use_sampler_logprobs: bool = False
@@ -134,6 +138,7 @@ class LossConfig:
                 "entropy_coef": finite(),
                 "temperature": above(0, "; it divides the logits"),
                 "logprob_chunk": at_least(1),
+                "logprob_vocab_block": at_least(0, " (0: the whole vocabulary at once)"),
             },
         )
         if self.dual_clip is not None:
@@ -207,6 +212,7 @@ def response_logprobs(model: Transformer, batch: dict, loss_cfg: LossConfig, wit
         temperature=loss_cfg.temperature,
         chunk_size=loss_cfg.logprob_chunk,
         with_entropy=with_entropy,
+        vocab_block=loss_cfg.logprob_vocab_block,
     )
 
 
