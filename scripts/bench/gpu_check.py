@@ -51,6 +51,11 @@ GPU_TRAIN = [
     ("Qwen2.5-0.5B mb 2", f"{_QWEN05} --micro-batch 2", True),
     ("Qwen2.5-1.5B mb 2", f"{_QWEN15} --micro-batch 2", True),
 ]
+# Qwen3 (head size 128, per-head q/k norms): run after the decode and cuDNN items, one vocab
+# setting, so that it is the item the time budget drops first.
+GPU_TRAIN_LAST = [
+    ("Qwen3-0.6B mb 2", _QWEN05.replace("qwen2.5-0.5b", "qwen3-0.6b") + " --micro-batch 2", True)
+]
 GPU_VOCAB_BLOCKS = (0, 16384)
 GPU_DECODE = "--preset qwen2.5-0.5b --dtype bfloat16 --backends jax --decode --prompts 64 --n 4 "
 GPU_DECODE += "--prompt-len 256 --max-tokens 512"
@@ -149,6 +154,9 @@ def items(dry_run: bool, peak: float):
             out.append((name, lambda a=(label, args, torch, block): train_item(*a, peak)))
     out.append(("decode (JAX sampler)", lambda: decode_item(decode)))
     out.append(("cuDNN attention test", cudnn_item))
+    for label, args, torch in [] if dry_run else GPU_TRAIN_LAST:
+        name = f"train {label}, vocab_block 0"
+        out.append((name, lambda a=(label, args, torch, 0): train_item(*a, peak)))
     return out
 
 
