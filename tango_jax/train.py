@@ -83,7 +83,8 @@ def main(argv: list[str]) -> None:
     dry = _DRY_RUN.value
     try:
         cfg = load_run_config(_CONFIG.value)
-        state = "resuming" if preflight.holds_run(Path(cfg.run_dir)) else "new run"
+        resuming = cfg.resume and preflight.holds_run(Path(cfg.run_dir))
+        state = "resuming" if resuming else "new run"
         log.info(
             "run %s in %s (%s, %d steps)", cfg.name, cfg.run_dir, state, cfg.schedule.total_steps
         )
@@ -109,6 +110,8 @@ def main(argv: list[str]) -> None:
         final = loop.run()
     except (NonFiniteError, DivergenceError, NoReadableCheckpointError) as e:  # says what to do
         sys.exit(f"run stopped: {e}")
+    except ConfigError as e:  # found once the data is tokenized: before anything is written
+        sys.exit(f"config error: {e}")
     if not is_primary():
         return
     log.info(

@@ -185,3 +185,43 @@ def test_an_unsupported_model_is_refused_before_anything_is_written(tmp_path, st
     ), line
     assert "tango_jax supports ['qwen2', 'llama']" in line
     assert _listing(tmp_path) == before
+
+
+def test_prompts_all_too_long_are_refused_before_anything_is_written(tmp_path, started_run):
+    """Found only once the data is tokenized (in the loop, after the pre-run checks), and still
+    before the first write."""
+    long = {"question": "Add " + " and ".join(["7"] * 300) + ".", "answer": "2100"}
+    data = _jsonl(tmp_path / "long.jsonl", [long] * 3)
+    before = _listing(tmp_path)
+    run = _train(
+        "--config",
+        TINY,
+        f"--config.run_dir={started_run}",
+        "--config.resume=False",  # refused as an existing run, unless refused first
+        "--config.data.source=jsonl",
+        f"--config.data.train_path={data}",
+        f"--config.data.eval_path={data}",
+    )
+    assert run.returncode == 1
+    assert "already holds a run" in run.stderr  # the pre-run checks come first
+    fresh = tmp_path / "fresh"
+    run = _train(
+        "--config",
+        TINY,
+        f"--config.run_dir={fresh}",
+        "--config.data.source=jsonl",
+        f"--config.data.train_path={data}",
+        f"--config.data.eval_path={data}",
+    )
+    assert run.returncode == 1
+    assert (
+        run.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            "config error: config.generator.max_prompt_len (256): every train problem's prompt is "
+            "longer (tokens, template included); raise it (--config.generator.max_prompt_len="
+        )
+    ), run.stderr
+    assert "Traceback" not in run.stderr
+    assert not fresh.exists()
+    assert _listing(tmp_path) == before

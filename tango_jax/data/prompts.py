@@ -150,7 +150,9 @@ def drop_overlong(
             limit,
         )
     if not kept:
-        raise ValueError(
-            f"every {split} problem's prompt exceeds generator.max_prompt_len ({limit})."
+        raise ConfigError(
+            f"config.generator.max_prompt_len ({limit}): every {split} problem's prompt is "
+            f"longer (tokens, template included); raise it (--config.generator.max_prompt_len="
+            f"{max(lengths)} keeps them all) or use shorter questions."
         )
     return kept
