@@ -64,6 +64,8 @@ def main(argv: list[str]) -> None:
             f"config error: unexpected arguments {argv[1:]}; override a field with "
             "--config.a.b=value (python -m tango_jax.train --help)."
         )
+    dry = _DRY_RUN.value
+    _configure_logging(sys.stderr if dry else sys.stdout)  # again: absl's start-up reset it
     from tango_jax.config import preflight
     from tango_jax.config.run import RunConfig, base_config, check_micro_batches, load_run_config
     from tango_jax.parallel.distributed import initialize, is_primary
@@ -80,7 +82,6 @@ def main(argv: list[str]) -> None:
             "config error: no --config; pass --config configs/NAME.py (python -m "
             "tango_jax.train --help lists the config files)."
         )
-    dry = _DRY_RUN.value
     try:
         cfg = load_run_config(_CONFIG.value)
         resuming = cfg.resume and preflight.holds_run(Path(cfg.run_dir))

@@ -43,7 +43,7 @@ from tango_jax.data import synthetic_labels
 from tango_jax.data.datasets import StreamPosition
 from tango_jax.data.prompts import DataSource, load_prompts
 from tango_jax.metrics.wandb import wandb_sink
-from tango_jax.metrics.writer import MetricsWriter, NoMetrics, PhaseTimer, Progress, StepClock
+from tango_jax.metrics.writer import MetricsWriter, NoMetrics, PhaseTimer, StepClock
 from tango_jax.models import save_pretrained
 from tango_jax.run.evaluation import evaluate
 from tango_jax.run.host_state import HostState
@@ -230,65 +230,61 @@ class TangoLoop:
             state.step + 1,
             sched.total_steps,
         )
-        with Progress("tango steps", total=sched.total_steps - state.step) as bar:
-            for step in range(state.step + 1, sched.total_steps + 1):
-                phase = sched.phase(step)
-                problems = ahead.problems if ahead is not None else stream.next_batch()
-                rollouts = ahead.rollouts if ahead is not None else None
-                prefetched = rollouts is not None
-                if rollouts is None:
-                    rollouts = collect(
-                        ctx, problems, global_step=step, phase=phase, timer=self.timer
-                    )
-                ahead = self._prefetch(ctx, step, stream) if self._prefetch_due(step) else None
-                if phase.kind is Kind.GENERATOR:
-                    out = generator_step(
-                        ctx,
-                        rollouts,
-                        update_index=updates[Kind.GENERATOR.value] - sched.generator_warmup_steps,
-                        timer=self.timer,
-                        during_update=ahead,
-                    )
-                else:
-                    out, class_state = verifier_step(
-                        ctx,
-                        rollouts,
-                        class_state=class_state,
-                        timer=self.timer,
-                        during_update=ahead,
-                    )
-                if self.cfg.overlap_rollouts:
-                    out["rollout/prefetched"] = float(prefetched)
-                    out |= ahead.metrics() if ahead is not None else {}
-                role = phase.kind.value
-                updates[role] += 1
-                # Before anything of this step is written or saved: a saved step is a good one.
-                check_finite(out, role=role, step=step, checkpointer=ckpt)
-                self._check_divergence(out, trained[phase.kind], step, norms, ckpt)
-                for r in (ctx.generator, ctx.verifier):  # vLLM: restarts, retries, drops
-                    if r is not None:
-                        out |= {f"{r.name}/{k}": v for k, v in r.sampler.metrics().items()}
-                out |= self.timer.metrics()
-                out |= {f"schedule/{k}_updates": n for k, n in updates.items()}
-                if self._eval_due(step, phase, updates):
-                    final = self._evaluate(ctx, eval_problems)
-                    out |= final
-                metrics.write(step, out, phase=role + ("_warmup" if phase.warmup else ""))
-                log.info(
-                    "step %d/%d %s %s | %s",
-                    step,
-                    sched.total_steps,
-                    role,
-                    _summary(out, phase.kind),
-                    clock.eta(step),
+        for step in range(state.step + 1, sched.total_steps + 1):
+            phase = sched.phase(step)
+            problems = ahead.problems if ahead is not None else stream.next_batch()
+            rollouts = ahead.rollouts if ahead is not None else None
+            prefetched = rollouts is not None
+            if rollouts is None:
+                rollouts = collect(ctx, problems, global_step=step, phase=phase, timer=self.timer)
+            ahead = self._prefetch(ctx, step, stream) if self._prefetch_due(step) else None
+            if phase.kind is Kind.GENERATOR:
+                out = generator_step(
+                    ctx,
+                    rollouts,
+                    update_index=updates[Kind.GENERATOR.value] - sched.generator_warmup_steps,
+                    timer=self.timer,
+                    during_update=ahead,
                 )
-                if self._save_due(step):
-                    ckpt.save(
-                        step,
-                        _trainer_states(trained),
-                        HostState(step, updates, class_state, stream.position).to_dict(),
-                    )
-                bar.update(1)
+            else:
+                out, class_state = verifier_step(
+                    ctx,
+                    rollouts,
+                    class_state=class_state,
+                    timer=self.timer,
+                    during_update=ahead,
+                )
+            if self.cfg.overlap_rollouts:
+                out["rollout/prefetched"] = float(prefetched)
+                out |= ahead.metrics() if ahead is not None else {}
+            role = phase.kind.value
+            updates[role] += 1
+            # Before anything of this step is written or saved: a saved step is a good one.
+            check_finite(out, role=role, step=step, checkpointer=ckpt)
+            self._check_divergence(out, trained[phase.kind], step, norms, ckpt)
+            for r in (ctx.generator, ctx.verifier):  # vLLM: restarts, retries, drops
+                if r is not None:
+                    out |= {f"{r.name}/{k}": v for k, v in r.sampler.metrics().items()}
+            out |= self.timer.metrics()
+            out |= {f"schedule/{k}_updates": n for k, n in updates.items()}
+            if self._eval_due(step, phase, updates):
+                final = self._evaluate(ctx, eval_problems)
+                out |= final
+            metrics.write(step, out, phase=role + ("_warmup" if phase.warmup else ""))
+            log.info(
+                "step %d/%d %s %s | %s",
+                step,
+                sched.total_steps,
+                role,
+                _summary(out, phase.kind),
+                clock.eta(step),
+            )
+            if self._save_due(step):
+                ckpt.save(
+                    step,
+                    _trainer_states(trained),
+                    HostState(step, updates, class_state, stream.position).to_dict(),
+                )
         return final
 
     def _check_divergence(self, out, role: Role, step: int, norms: dict, ckpt) -> None:
