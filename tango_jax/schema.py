@@ -182,9 +182,10 @@ def config_dict(cls) -> mlc.ConfigDict:
     return _config_dict(cls, {f.name: _default(f) for f in _fields(cls)}, {})
 
 
-def check_path(cls, dotted: str, *, root: str = "config") -> None:
-    """Raises `UnknownFieldError` (or `ConfigError` for a derived field) unless `root.dotted`
-    names a config field of dataclass `cls`, a value or a group."""
+def check_path(cls, dotted: str, *, root: str = "config") -> Any:
+    """The type hint of field `dotted` of dataclass `cls` (a value or a group); raises
+    `UnknownFieldError` (or `ConfigError` for a derived field) unless `root.dotted` names a
+    config field."""
     node, skip = cls, {}
     parts = dotted.split(".")
     for i, name in enumerate(parts):
@@ -198,6 +199,7 @@ def check_path(cls, dotted: str, *, root: str = "config") -> None:
             raise UnknownFieldError(group, name, [n for n in fields if not _is_leaf(skip, n)])
         skip = _derived_below(fields[name], skip, 0)
         node = typing.get_type_hints(node)[name]
+    return node
 
 
 # --- dict -> dataclasses ------------------------------------------------------------------------

@@ -1,57 +1,107 @@
 """Entry point: `python -m tango_jax.train --config configs/NAME.py [--config.a.b=value ...]`.
 
 Parses the ml_collections config, converts it once into the typed `RunConfig` (a wrong field
-name or value fails here, before any model loads), builds the device mesh, and runs the Tango
-loop.
+name or value fails here, before any model loads), runs the pre-run checks (paths, data
+records, model architectures, the run directory: nothing is written before they pass), builds
+the device mesh, and runs the Tango loop. `--help`, `--list_fields` and `--dry_run` stop
+before the loop (config/cli.py; docs/config.md).
+
+Only light modules are imported at the top, so that `--help` answers at once and the first
+line (naming the config) comes before JAX loads.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from absl import app, flags
 from ml_collections import config_flags
 
-from tango_jax.config import preflight
-from tango_jax.config.run import RunConfig, SamplerBackend, check_micro_batches, load_run_config
-from tango_jax.parallel.distributed import initialize, is_primary
-from tango_jax.parallel.mesh import data_parallel_size, make_mesh
+from tango_jax.config import cli
 from tango_jax.schema import ConfigError, UnknownFieldError, check_path
+
+if TYPE_CHECKING:
+    from tango_jax.config.run import RunConfig
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config",
     None,
-    "Path to a config file in configs/ (e.g. configs/tiny_arith.py).",
+    "Path to a config file in configs/ (e.g. configs/tiny_arith.py), optionally :VARIANT.",
     lock_config=True,
 )
-flags.mark_flags_as_required(["config"])
+_LIST_FIELDS = flags.DEFINE_bool(
+    "list_fields",
+    False,
+    "List every config field with its type, value, default and meaning, then exit.",
+)
+_DRY_RUN = flags.DEFINE_bool(
+    "dry_run",
+    False,
+    "Run every pre-run check, print the resolved config as JSON, write nothing, exit.",
+)
+log = logging.getLogger("tango_jax")
 
 
-def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(
-            f"unexpected arguments {argv[1:]}; use --config.a.b=value to override."
-        )
+def _configure_logging(stream) -> None:
     logging.basicConfig(
         level=logging.WARNING,
         format="%(asctime)s %(levelname)s %(message)s",
-        stream=sys.stdout,
+        stream=stream,
         force=True,
     )
     # Our progress at INFO (tango_jax.* loggers); libraries (orbax, jax, absl) only warnings.
     logging.getLogger("tango_jax").setLevel(logging.INFO)
     logging.getLogger("absl").setLevel(logging.WARNING)
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        sys.exit(
+            f"config error: unexpected arguments {argv[1:]}; override a field with "
+            "--config.a.b=value (python -m tango_jax.train --help)."
+        )
+    dry = _DRY_RUN.value
+    _configure_logging(sys.stderr if dry else sys.stdout)  # again: absl's start-up reset it
+    from tango_jax.config import preflight
+    from tango_jax.config.run import RunConfig, base_config, check_micro_batches, load_run_config
+    from tango_jax.parallel.distributed import initialize, is_primary
+    from tango_jax.parallel.mesh import data_parallel_size, make_mesh
+    from tango_jax.schema import to_dict
+
+    if _LIST_FIELDS.value:  # the given config's values, or the schema's defaults
+        defaults = base_config().to_dict()
+        values = defaults if _CONFIG.value is None else _CONFIG.value.to_dict()
+        print("\n".join(cli.field_lines(RunConfig, values, defaults)))
+        return
+    if _CONFIG.value is None:
+        sys.exit(
+            "config error: no --config; pass --config configs/NAME.py (python -m "
+            "tango_jax.train --help lists the config files)."
+        )
     try:
         cfg = load_run_config(_CONFIG.value)
-        initialize(cfg.distributed)  # before any device is touched; a no-op unless enabled
-        _check_processes(cfg)
-        mesh = make_mesh(cfg.mesh)  # a shape that does not fit the devices: ValueError
-        check_micro_batches(cfg, data_parallel_size(mesh))
-        preflight.check(cfg)  # paths and run_dir; nothing is written before this passes
+        resuming = cfg.resume and preflight.holds_run(Path(cfg.run_dir))
+        state = "resuming" if resuming else "new run"
+        log.info(
+            "run %s in %s (%s, %d steps)", cfg.name, cfg.run_dir, state, cfg.schedule.total_steps
+        )
+        if not (dry and cfg.distributed.enable):  # a dry run joins no other processes
+            initialize(cfg.distributed)  # before any device is touched; a no-op unless enabled
+            _check_processes(cfg)
+            mesh = make_mesh(cfg.mesh)  # a shape that does not fit the devices: ValueError
+            check_micro_batches(cfg, data_parallel_size(mesh))
+        preflight.check(cfg)  # paths, data, models, run_dir; nothing is written before this
     except ValueError as e:  # ConfigError included
         sys.exit(f"config error: {e}")
+    if dry:
+        print(json.dumps(to_dict(cfg), indent=2))
+        skipped = " (the mesh unchecked: distributed.enable)" if cfg.distributed.enable else ""
+        log.info("dry run: every pre-run check passed%s; nothing was written", skipped)
+        return
     from tango_jax.checkpoint.divergence import DivergenceError
     from tango_jax.checkpoint.guards import NonFiniteError, NoReadableCheckpointError
     from tango_jax.run.lock import RunDirLocked, RunLockAllProcesses
@@ -67,11 +117,12 @@ def main(argv: list[str]) -> None:
         sys.exit(ExitStatus.RUN_DIR_LOCKED)
     except (NonFiniteError, DivergenceError, NoReadableCheckpointError) as e:  # says what to do
         sys.exit(f"run stopped: {e}")
+    except ConfigError as e:  # found once the data is tokenized: before anything is written
+        sys.exit(f"config error: {e}")
     if loop.stopped_at is not None:  # saved; the same command resumes it
         sys.exit(ExitStatus.STOPPED)
     if not is_primary():
         return
-    log = logging.getLogger("tango_jax")
     log.info(
         "finished %s: %s",
         cfg.name,
@@ -122,6 +173,8 @@ def _check_processes(cfg: RunConfig) -> None:
     node group, README "Scaling out")."""
     import jax
 
+    from tango_jax.config.run import SamplerBackend
+
     vllm = [
         k
         for k in ("generator", "verifier")
@@ -148,9 +201,25 @@ def _override_paths(argv: list[str]) -> list[tuple[str, str]]:
 
 
 def _parse_flags(argv: list[str]) -> list[str]:
-    """absl flag parsing, after every override's field path has been checked against the
-    schema (`RunConfig`): a misspelt field is one line with its close matches, before
-    ml_collections would fail on it deep inside absl."""
+    """The command line, checked before absl and ml_collections parse it: `--help` (exit 0);
+    the config file and its variant (one line, not ml_collections' traceback); every
+    override's field path against the schema (`RunConfig`: a misspelt field is one line with
+    its close matches); list overrides in the syntax users write (config/cli.py)."""
+    if any(a in cli.HELP_FLAGS for a in argv[1:]):
+        print(cli.usage())
+        sys.exit(0)
+    dry = "--dry_run" in argv[1:]
+    _configure_logging(sys.stderr if dry else sys.stdout)  # a dry run's stdout: the JSON only
+    spec = _config_spec(argv)
+    if spec is not None:
+        log.info("tango_jax.train: reading %s (loading JAX and the config)", spec)
+    try:
+        if spec is not None:
+            cli.check_config_file(spec)  # imports JAX (every config does): seconds
+    except ConfigError as e:
+        sys.exit(f"config error: {e}")
+    from tango_jax.config.run import RunConfig
+
     for flag, path in _override_paths(argv):
         try:
             check_path(RunConfig, path, root=flag.removesuffix(f".{path}"))
@@ -163,9 +232,22 @@ def _parse_flags(argv: list[str]) -> list[str]:
         except ConfigError as e:
             sys.exit(f"config error: {e}")
     try:
+        argv = cli.normalise_sequences(argv, RunConfig)
+    except ConfigError as e:
+        sys.exit(f"config error: {e}")
+    try:
         return flags.FLAGS(argv)
     except flags.Error as e:  # a value of the wrong type: one line, not absl's traceback
         sys.exit(f"config error: {e}")
+
+
+def _config_spec(argv: list[str]) -> str | None:
+    """The value of `--config FILE[:VARIANT]` / `--config=FILE[:VARIANT]`, if given."""
+    for i, arg in enumerate(argv[1:], 1):
+        name, eq, value = arg.lstrip("-").partition("=")
+        if arg.startswith("-") and name == "config":
+            return value if eq else (argv[i + 1] if i + 1 < len(argv) else None)
+    return None
 
 
 if __name__ == "__main__":

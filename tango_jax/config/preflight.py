@@ -1,8 +1,10 @@
 """Checks a run's config against the file system before anything heavy starts or is written.
 
-    check(cfg)          every path the run reads (models, data, SFT data) exists and has content,
-                        and run_dir may be used as the config says (a new run, or a resume of
-                        the same config); raises ConfigError naming the field, the value, the fix
+    check(cfg)          every path the run reads (models, data, SFT data) exists and has content
+                        (a model of a supported architecture; every record of the data files
+                        with its question and answer), and run_dir may be used as the config
+                        says (a new run, or a resume of the same config); raises ConfigError
+                        naming the field, the value and the fix (the flag to pass)
     write_config(cfg)   then, and only then, run_dir/config.json (the previous one, when a
                         resume was allowed to change fields, kept as config_history/<k>.json)
 
@@ -29,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from tango_jax.config.run import RunConfig, SamplerBackend, enabled_roles
-from tango_jax.data.prompts import DataSource
+from tango_jax.data.prompts import DataSource, read_problems
 from tango_jax.metrics.wandb import check_installed
 from tango_jax.models.config import ModelConfig
 from tango_jax.schema import ConfigError, config_dict, to_dict
@@ -122,12 +124,12 @@ def check_model_dir(field: str, path: str) -> None:
         hf_config = json.loads(config.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         _fail(field, path, f"has a config.json that is not JSON ({e}); re-export it.")
-    try:  # the architecture too (model_type, rope, sliding window), before any weight is read
-        ModelConfig.from_hf_dict(hf_config, source="config.json")
-    except KeyError as e:
-        _fail(field, path, f"has a config.json without the field {e}; re-export it.")
-    except (ValueError, TypeError) as e:
-        _fail(field, path, f"holds a model tango_jax cannot build: {e}")
+    try:  # the architecture is one tango_jax implements, before any weight is read
+        ModelConfig.from_hf_dict(hf_config, source="its config.json")
+    except ValueError as e:
+        _fail(field, path, f"is a model tango_jax cannot load: {e} Choose such a checkpoint.")
+    except (KeyError, TypeError) as e:
+        _fail(field, path, f"has a config.json without a usable {e} entry; re-export it.")
     weights = sorted(p.glob("*.safetensors"))
     if not weights:
         _fail(field, path, f"has no *.safetensors weights; point it at {what}.")
@@ -184,6 +186,15 @@ def check_paths(cfg: RunConfig) -> None:
     if cfg.data.source is not DataSource.SYNTHETIC:
         _check_data_file("data.train_path", cfg.data.train_path)
         _check_data_file("data.eval_path", cfg.data.eval_path)
+        for split in ("train", "eval"):  # every record: fields, questions, answers
+            try:
+                read_problems(cfg.data, split)
+            except ConfigError:
+                raise
+            except ValueError as e:  # a record that is not JSON, an empty question, ...
+                _fail(
+                    f"data.{split}_path", getattr(cfg.data, f"{split}_path"), f"cannot be read: {e}"
+                )
     load_templates(cfg.data.prompt_style, cfg.data.template_files)  # files exist and check out
     if cfg.data.reward:  # imports, and is a function of (completion, answer, question)
         reward_function.load(cfg.data.reward)

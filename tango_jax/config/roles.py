@@ -26,9 +26,9 @@ class SamplerBackend(enum.Enum):
 class ModelSource:
     """Where a role's initial weights come from (set exactly one of path and preset)."""
 
-    path: str = ""  # HF checkpoint directory (config.json, safetensors, tokenizer); or
-    # a preset initialised randomly (tiny configs), written to run_dir/initial/<role> as an HF
-    # checkpoint with the tiny tokenizer, so vLLM can serve it too
+    path: str = ""  # HF checkpoint directory (config.json, safetensors, tokenizer)
+    # Instead of a path: a preset initialised randomly (tiny configs), written to
+    # run_dir/initial/<role> as an HF checkpoint with the tiny tokenizer, so vLLM can serve it too
     preset: str = ""
     init_seed: int = 0  # the preset's initialisation
 

@@ -320,13 +320,26 @@ def _check_data(c: RunConfig) -> None:
     d = c.data
     if d.prompts_per_step < 1:
         _fail("data.prompts_per_step", d.prompts_per_step, "must be >= 1.")
-    if d.source is not DataSource.SYNTHETIC:
+    if d.source is DataSource.SYNTHETIC:  # file settings would be silently ignored
+        defaults = DataConfig()
+        for field in ("train_path", "eval_path", "question_field", "answer_field"):
+            if getattr(d, field) != getattr(defaults, field):
+                _fail(
+                    f"data.{field}",
+                    getattr(d, field),
+                    "is set, but data.source is 'synthetic' (generated problems, no files), "
+                    "which would ignore it: pass --config.data.source=jsonl to train on your "
+                    "file (docs/data.md).",
+                )
+    else:
+        what = {"train_path": "training", "eval_path": "held-out"}
         for field in ("train_path", "eval_path"):
             if not getattr(d, field):
                 _fail(
                     f"data.{field}",
                     getattr(d, field),
-                    f"is required with data.source={d.source.value!r}.",
+                    f"is required with data.source={d.source.value!r}: pass "
+                    f"--config.data.{field}=FILE (the {what[field]} problems; docs/data.md).",
                 )
     if d.eval_size < 1:
         _fail("data.eval_size", d.eval_size, "must be >= 1.")

@@ -165,20 +165,41 @@ def _read_parquet_column(file: Path, dotted: str) -> list[Any]:
     return column.to_pylist()
 
 
+class MissingFieldError(ValueError):
+    """A record of `file` has no field `field`; `available` are the top-level fields of that
+    record (of the file, for parquet), so a caller can say which one was meant and how to pass
+    it (the run config names its flag: data/prompts.py)."""
+
+    def __init__(self, file: Path, field: str, available: Sequence[str], row: int | None):
+        self.file, self.field, self.available, self.row = file, field, list(available), row
+        where = "a record" if row is None else f"record {row}"
+        super().__init__(
+            f"{file}: {where} has no field {field!r} (its fields: {self.available}). Pass "
+            "Fields(question=..., answer=...) with the file's own field names (dotted paths "
+            "for nested fields: 'a.b', 'a.0.b')."
+        )
+
+
 def _read_column(file: Path, dotted: str, records: list[Any] | None) -> list[Any]:
-    """One dotted field of every record of `file`; ValueError naming the file, the field and
-    the fix when a record lacks it."""
+    """One dotted field of every record of `file`; MissingFieldError naming the file, the
+    field and the record's fields when a record lacks it."""
     import pyarrow as pa
 
-    try:
-        if records is None:
+    if records is None:
+        try:
             return _read_parquet_column(file, dotted)
-        return [_lookup(r, dotted) for r in records]
-    except (KeyError, IndexError, TypeError, pa.ArrowException):
-        raise ValueError(
-            f"{file}: a record has no field {dotted!r}. Pass Fields(question=..., answer=...) "
-            "with the file's own field names (dotted paths for nested fields: 'a.b', 'a.0.b')."
-        ) from None
+        except (KeyError, IndexError, TypeError, pa.ArrowException):
+            import pyarrow.parquet as pq
+
+            raise MissingFieldError(file, dotted, pq.read_schema(file).names, None) from None
+    out = []
+    for row, record in enumerate(records):
+        try:
+            out.append(_lookup(record, dotted))
+        except (KeyError, IndexError, TypeError):
+            keys = list(record) if isinstance(record, dict) else []
+            raise MissingFieldError(file, dotted, keys, row) from None
+    return out
 
 
 def read_columns(

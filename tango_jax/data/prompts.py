@@ -12,6 +12,7 @@ TANGO_SPEC §4.1), and says how many; the synthetic task's prompts are short by 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import enum
 import functools
 import logging
@@ -21,6 +22,7 @@ from typing import Any
 from tango_jax.data import datasets, synthetic
 from tango_jax.data.datasets import Problem, PromptStream, StreamPosition
 from tango_jax.data.synthetic import ArithConfig, SyntheticStream
+from tango_jax.schema import ConfigError
 from tango_jax.text.answer_check import RewardKind
 from tango_jax.text.template_files import TemplateFiles, load_templates
 from tango_jax.text.templates import (
@@ -42,11 +44,14 @@ class DataSource(enum.Enum):
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
-    source: DataSource = DataSource.SYNTHETIC  # synthetic | jsonl | eurus2
-    train_path: str = ""  # local file / glob (no hub downloads at run time)
-    eval_path: str = ""  # held-out set (synthetic: generated)
-    question_field: str = "question"  # jsonl: dotted path of the question
-    answer_field: str = "answer"  # jsonl: dotted path of the gold answer
+    # synthetic (generated arithmetic; no files) | jsonl (your own JSONL / JSON / parquet file)
+    # | eurus2. Never inferred: a train_path, eval_path or field name set while the source is
+    # synthetic is an error naming --config.data.source=jsonl (docs/data.md).
+    source: DataSource = DataSource.SYNTHETIC
+    train_path: str = ""  # jsonl / eurus2: local file or glob (no hub downloads at run time)
+    eval_path: str = ""  # jsonl / eurus2: the held-out file (synthetic: generated)
+    question_field: str = "question"  # jsonl: the question's field (dotted path: 'a.b', 'a.0.b')
+    answer_field: str = "answer"  # jsonl: the gold answer's field (text or number)
     prompts_per_step: int = 256  # fresh prompts per global step
     eval_size: int = 500  # held-out problems per evaluation (all if the file is smaller)
     seed: int = 1  # data order (official data.seed = 1)
@@ -86,17 +91,49 @@ def load_prompts(
         stream = SyntheticStream(cfg.arith, cfg.prompts_per_step, seed=cfg.seed, position=position)
         held_out = synthetic.held_out_problems(cfg.arith, cfg.eval_size, seed=cfg.seed)
         return stream, [p.to_problem() for p in held_out]
-    fields = datasets.Fields(cfg.question_field, cfg.answer_field)
-    if cfg.source is DataSource.EURUS2:
-        train = datasets.load_eurus2(cfg.train_path)
-    else:
-        train = datasets.load_problems(cfg.train_path, fields)
-    evals = datasets.load_problems(cfg.eval_path, fields)
+    train, evals = read_problems(cfg, "train"), read_problems(cfg, "eval")
     tok = tokenizer()
     train = drop_overlong(train, "train", tok, max_prompt_len, cfg.templates, chat_template)
     evals = drop_overlong(evals, "eval", tok, max_prompt_len, cfg.templates, chat_template)
     stream = PromptStream(train, cfg.prompts_per_step, seed=cfg.seed, position=position)
     return stream, evals[: cfg.eval_size]
+
+
+# The names files commonly give their questions and answers (the fix suggested for a wrong one).
+_USUAL_NAMES = {
+    "question_field": ("problem", "question", "prompt", "query", "input", "instruction"),
+    "answer_field": ("answer", "final_answer", "ground_truth", "gold", "target", "solution"),
+}
+
+
+def read_problems(cfg: DataConfig, split: str) -> list[Problem]:
+    """Every problem of the `split` ("train" | "eval") file of a file source, read and checked
+    (the run's pre-run checks call this before anything is written). A record without the
+    configured question or answer field is a ConfigError naming the flag that fixes it."""
+    path = cfg.train_path if split == "train" else cfg.eval_path
+    if split == "train" and cfg.source is DataSource.EURUS2:
+        try:
+            return datasets.load_eurus2(path)
+        except datasets.MissingFieldError as e:
+            raise ConfigError(
+                f"config.data.train_path ({path!r}): {e.file} is not in the Eurus-2-RL-Data "
+                f"layout (no field {e.field!r}; its fields: {e.available}); for a file of "
+                "your own use --config.data.source=jsonl with --config.data.question_field=... "
+                "and --config.data.answer_field=..."
+            ) from None
+    try:
+        return datasets.load_problems(path, datasets.Fields(cfg.question_field, cfg.answer_field))
+    except datasets.MissingFieldError as e:
+        flag = "question_field" if e.field == cfg.question_field else "answer_field"
+        usual = [n for n in _USUAL_NAMES[flag] if n in e.available]
+        close = usual or difflib.get_close_matches(e.field, e.available, n=1)
+        example = close[0] if close else "NAME"
+        where = "a record" if e.row is None else f"record {e.row}"
+        raise ConfigError(
+            f"config.data.{flag} ({e.field!r}): {where} of {e.file} has no such field (its "
+            f"fields: {e.available}); pass the file's own name, e.g. "
+            f"--config.data.{flag}={example} (a dotted path for nested fields: 'a.b', 'a.0.b')."
+        ) from None
 
 
 def drop_overlong(
@@ -123,7 +160,9 @@ def drop_overlong(
             limit,
         )
     if not kept:
-        raise ValueError(
-            f"every {split} problem's prompt exceeds generator.max_prompt_len ({limit})."
+        raise ConfigError(
+            f"config.generator.max_prompt_len ({limit}): every {split} problem's prompt is "
+            f"longer (tokens, template included); raise it (--config.generator.max_prompt_len="
+            f"{max(lengths)} keeps them all) or use shorter questions."
         )
     return kept

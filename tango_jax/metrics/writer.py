@@ -322,3 +322,45 @@ class Progress:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def duration_text(seconds: float) -> str:
+    """A duration as a person reads it: 45s, 3m05s, 2h07m."""
+    s = max(round(seconds), 0)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+class StepClock:
+    """The time left, for the lines a long loop prints (`step 12/88 ... eta 3m05s`).
+
+        clock = StepClock(total=88)
+        ... step 12 finishes ...
+        clock.eta(12)                             # "eta 3m05s"
+
+    The estimate is the mean wall time per step since the first call, times the steps left.
+    The first call comes after the first step, which compiles (minutes at 7B), so compilation
+    is left out; before a second call there is no estimate ("eta ?"). It may be called every
+    step or every k steps. Evaluations and checkpoints inside the loop count as part of the
+    steps they follow, as they recur.
+    """
+
+    def __init__(self, total: int, *, clock=time.monotonic):
+        self.total, self._clock = total, clock
+        self._first: tuple[int, float] | None = None  # (step, time) of the first call
+
+    def eta(self, step: int) -> str:
+        """Call when `step` has finished."""
+        now = self._clock()
+        if self._first is None:
+            self._first = (step, now)
+        if step >= self.total:
+            return "eta 0s"
+        first_step, first_time = self._first
+        if step <= first_step:
+            return "eta ?"
+        per_step = (now - first_time) / (step - first_step)
+        return f"eta {duration_text(per_step * (self.total - step))}"

@@ -71,6 +71,7 @@ class RunLock:
     def __init__(self, run_dir: str | os.PathLike):
         self.path = Path(run_dir) / LOCK_FILE
         self._fd: int | None = None
+        self._created: list[Path] = []  # what acquire made: removed again if nothing else was
 
     def _refuse(self, text: str) -> RunDirLocked:
         return RunDirLocked(
@@ -81,6 +82,7 @@ class RunLock:
         )
 
     def acquire(self) -> None:
+        self._created = [p for p in (self.path.parent, self.path) if not p.exists()]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -110,11 +112,18 @@ class RunLock:
         self._fd = fd
 
     def release(self) -> None:
-        """Empties the file (a clean end leaves no holder behind) and drops the flock."""
+        """Empties the file (a clean end leaves no holder behind) and drops the flock. A run
+        refused before it wrote anything (e.g. prompts found too long once tokenized) leaves the
+        directory as it found it: a lock file and run_dir that acquire created are removed
+        while they hold nothing else."""
         if self._fd is None:
             return
         try:
             os.ftruncate(self._fd, 0)
+            if self.path in self._created and os.listdir(self.path.parent) == [LOCK_FILE]:
+                self.path.unlink()
+                if self.path.parent in self._created:
+                    self.path.parent.rmdir()
         finally:
             os.close(self._fd)  # closing drops the flock
             self._fd = None

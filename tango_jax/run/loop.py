@@ -52,14 +52,13 @@ from tango_jax.data.datasets import StreamPosition
 from tango_jax.data.prompts import DataSource, load_prompts
 from tango_jax.metrics.rollouts import RolloutLog
 from tango_jax.metrics.wandb import wandb_sink
-from tango_jax.metrics.writer import MetricsWriter, NoMetrics, PhaseTimer, Progress
+from tango_jax.metrics.writer import MetricsWriter, NoMetrics, PhaseTimer, StepClock
 from tango_jax.models import save_pretrained
-from tango_jax.models.tokenizer import load_tokenizer
 from tango_jax.run.evaluation import evaluate
 from tango_jax.run.host_state import HostState
 from tango_jax.run.overlap import Prefetch
 from tango_jax.run.roles import Role, build_role
-from tango_jax.run.sft import prepare_initial, prepare_rl_start
+from tango_jax.run.sft import initial_tokenizer, prepare_rl_start
 from tango_jax.run.sft_progress import SFTStopped
 from tango_jax.run.signals import StopPoint, StopSignals
 from tango_jax.run.steps import StepContext, collect, generator_step, verifier_step
@@ -102,9 +101,7 @@ class TangoLoop:
             self.cfg.data,
             max_prompt_len=self.cfg.generator.max_prompt_len,
             position=position,
-            tokenizer=lambda: load_tokenizer(
-                prepare_initial(self.cfg, Kind.GENERATOR, self.run_dir)
-            ),
+            tokenizer=lambda: initial_tokenizer(self.cfg, Kind.GENERATOR),  # writes nothing
             chat_template=self.cfg.generator.chat_template,
         )
 
@@ -117,10 +114,11 @@ class TangoLoop:
             for k in enabled_roles(cfg)
         }
         trained = trained_roles(cfg)
-        return {
-            k: build_role(k, cfg.role(k), path, mesh, with_trainer=k in trained)
-            for k, path in paths.items()
-        }
+        roles = {}
+        for k, path in paths.items():
+            log.info("loading the %s from %s (model, trainer, sampler)", k.value, path)
+            roles[k] = build_role(k, cfg.role(k), path, mesh, with_trainer=k in trained)
+        return roles
 
     # --- the run -----------------------------------------------------------------------------
 
@@ -129,9 +127,6 @@ class TangoLoop:
         preflight.check(cfg)  # refuses before anything is written (train.py checked it too)
         if jax.process_count() > 1:  # every process checked the run_dir before it is written
             multihost_utils.sync_global_devices("tango_jax preflight")
-        if jax.process_index() == 0:  # several trainer processes: process 0 writes files
-            preflight.write_config(cfg)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         ckpt_dir = self.run_dir / CHECKPOINT_SUBDIR
         host = None
         if cfg.resume and ckpt_dir.exists():
@@ -140,7 +135,12 @@ class TangoLoop:
                 host = HostState.from_dict(reader.host()["host_state"])
             reader.close()
         # Data first: a missing or unusable file fails before SFT or any model loads.
+        log.info("loading data (%s)", cfg.data.source.value)
         stream, eval_problems = self._data(None if host is None else host.data)
+        # Only now the first write: a refused run (data included) leaves run_dir as it was.
+        if jax.process_index() == 0:  # several trainer processes: process 0 writes files
+            preflight.write_config(cfg)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         try:
             built = self._build_roles()
         except SFTStopped as e:  # a signal during an SFT stage, which saved its progress
@@ -174,7 +174,11 @@ class TangoLoop:
             metrics = self._metrics_writer(None if host is None else state.step)
             ctx.rollout_log = self._rollout_log(state.step, metrics)
             if host is None and cfg.eval.before_train:
-                metrics.write(0, self._evaluate(ctx, eval_problems), phase="eval")
+                before = self._evaluate(ctx, eval_problems)
+                metrics.write(0, before, phase="eval")
+                log.info(
+                    "step 0/%d before training: %s", cfg.schedule.total_steps, _eval_summary(before)
+                )
             final = self._train(ctx, trained, stream, eval_problems, ckpt, metrics, state)
             if cfg.checkpoint.export_hf_at_end and self.stopped_at is None:
                 for r in built.values():
@@ -191,6 +195,11 @@ class TangoLoop:
                 r.sampler.close()
 
     def _evaluate(self, ctx: StepContext, problems) -> dict[str, float]:
+        log.info(
+            "evaluating on %d held-out problems (greedy%s)",
+            len(problems),
+            f", and {self.cfg.eval.sampled_n} samples each" if self.cfg.eval.sampled else "",
+        )
         out = evaluate(
             ctx.generator,
             ctx.verifier,
@@ -252,72 +261,81 @@ class TangoLoop:
         norms = {kind: r.trainer.param_norm() for kind, r in trained.items()}  # before updates
         ahead: Prefetch | None = None  # the next step's rollouts, collected beside an update
         point = StopPoint(self.stop, self.cfg.checkpoint.every_minutes)
-        with Progress("tango steps", total=sched.total_steps - state.step) as bar:
-            for step in range(state.step + 1, sched.total_steps + 1):
-                phase = sched.phase(step)
-                problems = ahead.problems if ahead is not None else stream.next_batch()
-                rollouts = ahead.rollouts if ahead is not None else None
-                prefetched = rollouts is not None
-                if rollouts is None:
-                    rollouts = collect(
-                        ctx, problems, global_step=step, phase=phase, timer=self.timer
-                    )
-                position = stream.position  # where a checkpoint of this step resumes the data
-                ahead = self._prefetch(ctx, step, stream) if self._prefetch_due(step) else None
-                if phase.kind is Kind.GENERATOR:
-                    out = generator_step(
-                        ctx,
-                        rollouts,
-                        update_index=updates[Kind.GENERATOR.value] - sched.generator_warmup_steps,
-                        timer=self.timer,
-                        during_update=ahead,
-                    )
-                else:
-                    out, class_state = verifier_step(
-                        ctx,
-                        rollouts,
-                        class_state=class_state,
-                        timer=self.timer,
-                        during_update=ahead,
-                    )
-                if self.cfg.overlap_rollouts:
-                    out["rollout/prefetched"] = float(prefetched)
-                    out |= ahead.metrics() if ahead is not None else {}
-                role = phase.kind.value
-                updates[role] += 1
-                # Before anything of this step is written or saved: a saved step is a good one.
-                check_finite(out, role=role, step=step, checkpointer=ckpt)
-                self._check_divergence(out, trained[phase.kind], step, norms, ckpt)
-                for r in (ctx.generator, ctx.verifier):  # vLLM: restarts, retries, drops
-                    if r is not None:
-                        out |= {f"{r.name}/{k}": v for k, v in r.sampler.metrics().items()}
-                out |= self.timer.metrics()
-                out |= {f"schedule/{k}_updates": n for k, n in updates.items()}
-                if self._eval_due(step, phase, updates):
-                    final = self._evaluate(ctx, eval_problems)
-                    out |= final
-                metrics.write(step, out, phase=role + ("_warmup" if phase.warmup else ""))
-                log.info("step %d %s %s", step, role, _summary(out, phase.kind))
-                stop, timed = point.agree()  # the same on every process
-                if stop or timed or self._save_due(step):
-                    # With a prefetch in flight (time or signal checkpoints only: scheduled steps
-                    # are drained), `position` gives its problems back to the resumed run.
-                    ckpt.save(
-                        step,
-                        _trainer_states(trained),
-                        HostState(step, updates, class_state, position).to_dict(),
-                    )
-                    point.saved()
-                bar.update(1)
-                if stop and step < sched.total_steps:  # at the last step: the run is done
-                    self.stopped_at = step
-                    log.warning(
-                        "stopped after step %d (%s) and saved it; launch the same command to "
-                        "resume",
-                        step,
-                        self.stop.signal_name or "a signal to another process",
-                    )
-                    break
+        clock = StepClock(sched.total_steps)
+        log.info(
+            "training steps %d-%d; the first compiles the samplers and train steps (minutes "
+            "for a 7B model)",
+            state.step + 1,
+            sched.total_steps,
+        )
+        for step in range(state.step + 1, sched.total_steps + 1):
+            phase = sched.phase(step)
+            problems = ahead.problems if ahead is not None else stream.next_batch()
+            rollouts = ahead.rollouts if ahead is not None else None
+            prefetched = rollouts is not None
+            if rollouts is None:
+                rollouts = collect(ctx, problems, global_step=step, phase=phase, timer=self.timer)
+            position = stream.position  # where a checkpoint of this step resumes the data
+            ahead = self._prefetch(ctx, step, stream) if self._prefetch_due(step) else None
+            if phase.kind is Kind.GENERATOR:
+                out = generator_step(
+                    ctx,
+                    rollouts,
+                    update_index=updates[Kind.GENERATOR.value] - sched.generator_warmup_steps,
+                    timer=self.timer,
+                    during_update=ahead,
+                )
+            else:
+                out, class_state = verifier_step(
+                    ctx,
+                    rollouts,
+                    class_state=class_state,
+                    timer=self.timer,
+                    during_update=ahead,
+                )
+            if self.cfg.overlap_rollouts:
+                out["rollout/prefetched"] = float(prefetched)
+                out |= ahead.metrics() if ahead is not None else {}
+            role = phase.kind.value
+            updates[role] += 1
+            # Before anything of this step is written or saved: a saved step is a good one.
+            check_finite(out, role=role, step=step, checkpointer=ckpt)
+            self._check_divergence(out, trained[phase.kind], step, norms, ckpt)
+            for r in (ctx.generator, ctx.verifier):  # vLLM: restarts, retries, drops
+                if r is not None:
+                    out |= {f"{r.name}/{k}": v for k, v in r.sampler.metrics().items()}
+            out |= self.timer.metrics()
+            out |= {f"schedule/{k}_updates": n for k, n in updates.items()}
+            if self._eval_due(step, phase, updates):
+                final = self._evaluate(ctx, eval_problems)
+                out |= final
+            metrics.write(step, out, phase=role + ("_warmup" if phase.warmup else ""))
+            log.info(
+                "step %d/%d %s %s | %s",
+                step,
+                sched.total_steps,
+                role,
+                _summary(out, phase.kind),
+                clock.eta(step),
+            )
+            stop, timed = point.agree()  # the same on every process
+            if stop or timed or self._save_due(step):
+                # With a prefetch in flight (time or signal checkpoints only: scheduled steps
+                # are drained), `position` gives its problems back to the resumed run.
+                ckpt.save(
+                    step,
+                    _trainer_states(trained),
+                    HostState(step, updates, class_state, position).to_dict(),
+                )
+                point.saved()
+            if stop and step < sched.total_steps:  # at the last step: the run is done
+                self.stopped_at = step
+                log.warning(
+                    "stopped after step %d (%s) and saved it; launch the same command to resume",
+                    step,
+                    self.stop.signal_name or "a signal to another process",
+                )
+                break
         return final
 
     def _check_divergence(self, out, role: Role, step: int, norms: dict, ckpt) -> None:
@@ -395,7 +413,23 @@ def _trainer_states(trained: dict[Kind, Role]) -> dict:
     return {r.name: r.trainer.state_dict() for r in trained.values()}
 
 
+def _eval_summary(out: dict[str, float]) -> str:
+    """The held-out values under their own `eval/...` names (never like training values)."""
+    return " ".join(f"{k}={out[k]:.3f}" for k in _EVAL_KEYS if k in out)
+
+
+_EVAL_KEYS = (
+    "eval/generator/accuracy",
+    "eval/generator/sampled_accuracy",
+    "eval/verifier/verdict_accuracy",
+    "eval/verifier/step_f1",
+    "eval/verifier/f1",
+)
+
+
 def _summary(out: dict[str, float], role: Kind) -> str:
+    """The step's training values (without the role's prefix), its time, then any held-out
+    values under their full `eval/...` names."""
     keys = {
         Kind.GENERATOR: (
             "generator/accuracy",
@@ -409,5 +443,7 @@ def _summary(out: dict[str, float], role: Kind) -> str:
             "verifier/f1",
             "verifier/train/loss",
         ),
-    }[role] + ("eval/generator/accuracy", "eval/verifier/verdict_accuracy", "perf/step_s")
-    return " ".join(f"{k.split('/', 1)[1]}={out[k]:.3f}" for k in keys if k in out)
+    }[role] + ("perf/step_s",)
+    train = " ".join(f"{k.split('/', 1)[1]}={out[k]:.3f}" for k in keys if k in out)
+    held_out = _eval_summary(out)
+    return f"{train} | {held_out}" if held_out else train

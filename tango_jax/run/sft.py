@@ -32,11 +32,11 @@ from tango_jax.config.run import DataSource, RunConfig
 from tango_jax.config.stages import SFTStage
 from tango_jax.data import synthetic_labels
 from tango_jax.metrics.wandb import wandb_sink
-from tango_jax.metrics.writer import MetricsWriter, NoMetrics, Progress
+from tango_jax.metrics.writer import MetricsWriter, NoMetrics, Progress, StepClock
 from tango_jax.models import from_pretrained, save_pretrained
 from tango_jax.models.config import dtype_from_name
 from tango_jax.models.tiny import write_tiny_checkpoint
-from tango_jax.models.tokenizer import load_tokenizer
+from tango_jax.models.tokenizer import load_tokenizer, tiny_tokenizer
 from tango_jax.rl.batch import make_batch
 from tango_jax.rl.train_step import Objective
 from tango_jax.rl.trainer import Trainer
@@ -82,6 +82,13 @@ def prepare_initial(cfg: RunConfig, role: Kind, run_dir: Path) -> Path:
     return path
 
 
+def initial_tokenizer(cfg: RunConfig, role: Kind):
+    """The tokenizer of the role's initial checkpoint, without writing that checkpoint:
+    model.path's, or the tiny tokenizer every preset is saved with (`prepare_initial`)."""
+    path = cfg.role(role).model.path
+    return load_tokenizer(path) if path else tiny_tokenizer()
+
+
 def exists_on_process_0(path: Path) -> bool:
     """Whether `path` exists, as process 0 sees it, on every trainer process (jax.distributed).
     What follows such a check is collective (save_pretrained gathers on all processes, process
@@ -111,7 +118,7 @@ def prepare_rl_start(
     out = run_dir / "sft" / name
     if exists_on_process_0(out):
         return out
-    log.info("SFT of the %s: %d steps", name, stage.steps)
+    log.info("SFT of the %s: %d steps, from %s", name, stage.steps, path)
     progress = SFTProgress(
         run_dir / "sft_checkpoints" / name,
         name,
@@ -135,10 +142,20 @@ def prepare_rl_start(
             ),
         )
 
+    clock = StepClock(stage.steps)
+
     def log_step(step, values):
         writer.write(step, values, phase=f"sft_{name}")
-        if step % 20 == 0 or step == stage.steps:
-            log.info("sft %s step %d loss %.4f", name, step, values[f"sft/{name}/loss"])
+        if step == 1 or step % 20 == 0 or step == stage.steps:
+            loss = values[f"sft/{name}/loss"]
+            log.info(
+                "SFT of the %s: step %d/%d loss %.4f | %s",
+                name,
+                step,
+                stage.steps,
+                loss,
+                clock.eta(step),
+            )
 
     try:
         examples = sft_examples(cfg, role)

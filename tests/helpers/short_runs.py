@@ -17,10 +17,19 @@ TINY = f"--config={CONFIGS / 'tiny_arith.py'}:tango,scratch"  # the base of `con
 
 
 def short_config(
-    run_dir: Path, *, backend: str = "jax", total_steps: int = 5, variant: str = "tango"
+    run_dir: Path,
+    *,
+    backend: str = "jax",
+    total_steps: int = 5,
+    variant: str = "tango",
+    scratch: bool = True,
+    data: dict | None = None,
 ):
-    """tiny_arith shrunk to seconds per step: V (warm-up), then G, G, G, V."""
-    c = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config(f"{variant},scratch")
+    """tiny_arith shrunk to seconds per step: V (warm-up), then G, G, G, V. `scratch`: random
+    init and a few SFT steps (False: the shipped SFT models, no SFT); `data`: fields of
+    config.data to set (own data files)."""
+    start = ",scratch" if scratch else ""
+    c = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config(f"{variant}{start}")
     c.run_dir = str(run_dir)
     c.scorer_workers = 1
     # The session's 8 simulated devices: FSDP over 2 and tensor parallelism over 4, so the loop
@@ -36,6 +45,8 @@ def short_config(
         role.sampler.backend = backend
         role.trainer.optimizer.learning_rate = 1e-3
     c.data.prompts_per_step = 2
+    for field, value in (data or {}).items():
+        c.data[field] = value
     c.data.eval_size = 4
     trains_verifier = c.verifier.enable and c.verifier.trainable
     c.schedule.total_steps = total_steps

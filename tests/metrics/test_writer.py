@@ -16,6 +16,8 @@ from tango_jax.metrics.writer import (
     MetricsWriter,
     PhaseTimer,
     Progress,
+    StepClock,
+    duration_text,
     metric_columns,
     read_metrics,
 )
@@ -174,3 +176,26 @@ def test_progress_redraws_one_line_on_a_terminal():
         bar.update(3)
     out = tty.getvalue()
     assert out.count("\r\x1b[K") == 2 and out.endswith("train: 3 3.0/s 1s\n")
+
+
+def test_step_clock_leaves_the_compiling_first_step_out_of_its_estimate():
+    clock = _Clock()
+    steps = StepClock(total=10, clock=clock)
+    clock.now = 300.0  # step 1: compiles
+    assert steps.eta(1) == "eta ?"
+    clock.now = 310.0
+    assert steps.eta(2) == "eta 1m20s"  # 10 s per step, 8 steps left
+    clock.now = 330.0  # called every 2 steps, say: still 10 s per step
+    assert steps.eta(4) == "eta 1m00s"
+    assert steps.eta(10) == "eta 0s"
+    resumed = StepClock(total=5000, clock=clock)  # a resumed run: its first call is step 4000
+    assert resumed.eta(4000) == "eta ?"
+    clock.now += 9.0
+    assert resumed.eta(4001) == "eta 2h29m"
+
+
+@pytest.mark.parametrize(
+    "seconds, text", [(0.4, "0s"), (59.4, "59s"), (60, "1m00s"), (3599, "59m59s"), (7260, "2h01m")]
+)
+def test_durations_read_as_people_write_them(seconds, text):
+    assert duration_text(seconds) == text

@@ -1,0 +1,79 @@
+"""Training on a JSONL file of one's own, end to end on a short run (docs/data.md), and what the
+console says on the way: loading lines, `step i/total ... | eta` lines, held-out values under
+their `eval/...` names."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+
+import pytest
+from short_runs import short_config
+
+from tango_jax.data import synthetic
+from tango_jax.metrics.writer import read_metrics
+from tango_jax.parallel.mesh import make_mesh
+from tango_jax.run.loop import TangoLoop
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_short_run_on_own_jsonl_data_and_its_console_lines(tmp_path, caplog):
+    arith = synthetic.ArithConfig()
+    held_out = synthetic.held_out_problems(arith, 24, seed=7)
+    # The user's own layout: other field names, a nested answer, numbers as numbers.
+    records = [{"problem": p.question, "meta": {"gold": p.answer}} for p in held_out]
+    train, test = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
+    train.write_text("".join(json.dumps(r) + "\n" for r in records[:16]))
+    test.write_text("".join(json.dumps(r) + "\n" for r in records[16:]))
+    cfg = short_config(
+        tmp_path / "run",
+        scratch=False,  # the shipped SFT models: the task's format, no SFT data needed
+        data=dict(
+            source="jsonl",
+            train_path=str(train),
+            eval_path=str(test),
+            question_field="problem",
+            answer_field="meta.gold",
+        ),
+    )
+    caplog.set_level(logging.INFO, logger="tango_jax")
+    loop = TangoLoop(cfg, make_mesh(cfg.mesh))
+    loop.run()
+
+    rows = read_metrics(tmp_path / "run")
+    assert [r["step"] for r in rows] == [0, 1, 2, 3, 4, 5]
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert saved["data"]["source"] == "jsonl" and saved["data"]["answer_field"] == "meta.gold"
+    stream, evals = loop._data(None)  # what the run trained and evaluated on: the files
+    assert sorted(p.question for p in stream.problems) == sorted(r["problem"] for r in records[:16])
+    assert [(p.question, p.answer) for p in evals] == [
+        (r["problem"], str(r["meta"]["gold"]))
+        for r in records[16:20]  # data.eval_size=4
+    ]
+
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("tango_jax")]
+    assert "loading data (jsonl)" in lines
+    assert any(re.fullmatch(r"loading the generator from .*/generator \(.*\)", x) for x in lines)
+    assert "evaluating on 4 held-out problems (greedy, and 4 samples each)" in lines
+    number = r"-?[\d.]+"
+    held_out = (
+        rf"eval/generator/accuracy={number} eval/generator/sampled_accuracy={number} "
+        rf"eval/verifier/verdict_accuracy={number} eval/verifier/f1={number}"
+    )
+    assert any(re.fullmatch(rf"step 0/5 before training: {held_out}", x) for x in lines)
+    steps = [x for x in lines if re.match(r"step [1-5]/5 ", x)]
+    generator = rf"accuracy={number} reward/mean={number} alpha={number} train/loss={number}"
+    verifier = rf"verdict_accuracy={number} reward/mean={number} f1={number} train/loss={number}"
+    eta = r"eta (\d+s|\d+m\d\ds)"
+    expected = [  # evaluations: after the warm-up, every 2nd generator update, at the end
+        rf"step 1/5 verifier {verifier} step_s={number} \| {held_out} \| eta \?",
+        rf"step 2/5 generator {generator} step_s={number} \| {eta}",
+        rf"step 3/5 generator {generator} step_s={number} \| {held_out} \| {eta}",
+        rf"step 4/5 generator {generator} step_s={number} \| {eta}",
+        rf"step 5/5 verifier {verifier} step_s={number} \| {held_out} \| eta 0s",
+    ]
+    assert len(steps) == len(expected)
+    for line, pattern in zip(steps, expected):
+        assert re.fullmatch(pattern, line), (line, pattern)

@@ -1,0 +1,227 @@
+"""The training command as a user meets it (`python -m tango_jax.train`, run as a process, for
+its exit status, its output and the files it leaves): --help, --list_fields, --dry_run, list
+overrides, own data, and refused runs that leave the run directory exactly as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tango_jax.models.tiny import write_tiny_checkpoint
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = f"{REPO / 'configs' / 'tiny_arith.py'}"
+
+
+def _train(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tango_jax.train", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=REPO,
+    )
+
+
+def _listing(root: Path) -> dict[str, tuple[bytes, int]]:
+    """Every entry under `root` (directories included): its bytes and modification time."""
+    return {
+        str(p.relative_to(root)): (p.read_bytes() if p.is_file() else b"", p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+    }
+
+
+def _jsonl(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_help_exits_0_and_says_how_to_list_fields():
+    run = _train("--help")
+    assert run.returncode == 0, run.stderr
+    assert "--list_fields" in run.stdout and "--dry_run" in run.stdout
+    assert "configs/tiny_arith.py" in run.stdout and run.stderr == ""
+
+
+def test_list_fields_gives_types_values_and_defaults():
+    run = _train("--config", TINY, "--config.data.prompts_per_step=7", "--list_fields")
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert "data.prompts_per_step: int = 7  (default 256)  # fresh prompts per global step" in lines
+    assert any(line.startswith("wandb.tags: list[str] = []") for line in lines)
+    bare = _train("--list_fields")  # without a config: the schema's defaults
+    assert bare.returncode == 0, bare.stderr
+    assert "data.prompts_per_step: int = 256  # fresh prompts per global step" in bare.stdout
+
+
+def test_dry_run_prints_the_resolved_config_and_writes_nothing(tmp_path):
+    run_dir = tmp_path / "run"
+    run = _train(
+        "--config",
+        f"{TINY}:grpo",
+        f"--config.run_dir={run_dir}",
+        "--config.wandb.tags=a,b",
+        "--config.resume_may_change=[schedule, eval]",
+        "--dry_run",
+    )
+    assert run.returncode == 0, run.stderr
+    resolved = json.loads(run.stdout)  # stdout is the JSON alone
+    assert resolved["wandb"]["tags"] == ["a", "b"]
+    assert resolved["resume_may_change"] == ["schedule", "eval"]
+    assert resolved["verifier"]["enable"] is False and resolved["run_dir"] == str(run_dir)
+    assert "dry run: every pre-run check passed" in run.stderr
+    assert not run_dir.exists()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            [f"{TINY}:gpro"],
+            f"config error: --config={TINY}:gpro: unknown variant 'gpro' in config string "
+            "'gpro'; choose one of ('tango', 'grpo', 'fixed_verifier').",
+        ),
+        (
+            [str(REPO / "configs" / "tiny.py")],
+            f"config error: --config={REPO / 'configs' / 'tiny.py'}: no such config file",
+        ),
+        (
+            [TINY, "--config.wandb.tags=[a,,b]"],
+            "config error: --config.wandb.tags: empty item in '[a,,b]'; write a list as a,b",
+        ),
+        (
+            [TINY, "--config.data.train_path=my/train.jsonl"],
+            "config error: config.data.train_path ('my/train.jsonl') is set, but data.source is "
+            "'synthetic' (generated problems, no files), which would ignore it: pass "
+            "--config.data.source=jsonl to train on your file (docs/data.md).",
+        ),
+        (
+            [TINY, "--config.data.source=jsonl"],
+            "config error: config.data.train_path ('') is required with data.source='jsonl': "
+            "pass --config.data.train_path=FILE",
+        ),
+    ],
+    ids=["variant", "config-file", "list", "data-source", "no-train-path"],
+)
+def test_command_line_mistakes_are_one_line_naming_the_fix(tmp_path, args, message):
+    run = _train("--config", *args, f"--config.run_dir={tmp_path / 'run'}")
+    assert run.returncode == 1
+    (line,) = run.stderr.strip().splitlines()  # one line, no traceback
+    assert line.startswith(message), line
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.fixture
+def started_run(tmp_path) -> Path:
+    """A run directory as a run that stopped after its first steps leaves it."""
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints" / "2").mkdir(parents=True)
+    (run_dir / "checkpoints" / "2" / "state").write_bytes(b"\x00\x01")
+    (run_dir / "metrics.jsonl").write_text('{"step": 1, "time": 0, "phase": "verifier"}\n')
+    (run_dir / "config.json").write_text('{"name": "earlier"}')
+    return run_dir
+
+
+def _own_data(tmp_path: Path, question_field: str) -> list[str]:
+    records = [{"problem": "Start with 3. Add 4.", "answer": 7}] * 4
+    train = _jsonl(tmp_path / "train.jsonl", records)
+    held_out = _jsonl(tmp_path / "test.jsonl", records)
+    return [
+        "--config.data.source=jsonl",
+        f"--config.data.train_path={train}",
+        f"--config.data.eval_path={held_out}",
+        f"--config.data.question_field={question_field}",
+    ]
+
+
+def test_a_wrong_data_field_is_refused_with_its_flag_leaving_the_run_untouched(
+    tmp_path, started_run
+):
+    """The issue's case: the field error came after config.json was written, locking the
+    directory, and named a Python API instead of the flag."""
+    data = _own_data(tmp_path, "question")
+    before = _listing(tmp_path)
+    run = _train("--config", TINY, f"--config.run_dir={started_run}", *data)
+    assert run.returncode == 1
+    assert run.stderr.strip().splitlines() == [
+        "config error: config.data.question_field ('question'): record 0 of "
+        f"{tmp_path / 'train.jsonl'} has no such field (its fields: ['problem', 'answer']); "
+        "pass the file's own name, e.g. --config.data.question_field=problem (a dotted path "
+        "for nested fields: 'a.b', 'a.0.b')."
+    ]
+    assert _listing(tmp_path) == before
+    fresh = tmp_path / "fresh"
+    run = _train("--config", TINY, f"--config.run_dir={fresh}", *_own_data(tmp_path, "q"))
+    assert run.returncode == 1 and "--config.data.question_field=problem" in run.stderr
+    assert not fresh.exists()
+    ok = _train(
+        "--config", TINY, f"--config.run_dir={fresh}", *_own_data(tmp_path, "problem"), "--dry_run"
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert not fresh.exists()
+
+
+def test_an_unsupported_model_is_refused_before_anything_is_written(tmp_path, started_run):
+    model = write_tiny_checkpoint(tmp_path / "qwen3", "tiny-qwen2", seed=0)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps(config | {"model_type": "qwen3"}))
+    before = _listing(tmp_path)
+    run = _train(
+        "--config",
+        TINY,
+        f"--config.run_dir={started_run}",
+        f"--config.generator.model.path={model}",
+    )
+    assert run.returncode == 1
+    (line,) = run.stderr.strip().splitlines()
+    assert line.startswith(
+        f"config error: config.generator.model.path ('{model}') is a model tango_jax cannot "
+        "load: its config.json: model_type 'qwen3'"
+    ), line
+    assert "tango_jax supports ['qwen2', 'llama']" in line
+    assert _listing(tmp_path) == before
+
+
+def test_prompts_all_too_long_are_refused_before_anything_is_written(tmp_path, started_run):
+    """Found only once the data is tokenized (in the loop, after the pre-run checks), and still
+    before the first write."""
+    long = {"question": "Add " + " and ".join(["7"] * 300) + ".", "answer": "2100"}
+    data = _jsonl(tmp_path / "long.jsonl", [long] * 3)
+    before = _listing(tmp_path)
+    run = _train(
+        "--config",
+        TINY,
+        f"--config.run_dir={started_run}",
+        "--config.resume=False",  # refused as an existing run, unless refused first
+        "--config.data.source=jsonl",
+        f"--config.data.train_path={data}",
+        f"--config.data.eval_path={data}",
+    )
+    assert run.returncode == 1
+    assert "already holds a run" in run.stderr  # the pre-run checks come first
+    fresh = tmp_path / "fresh"
+    run = _train(
+        "--config",
+        TINY,
+        f"--config.run_dir={fresh}",
+        "--config.data.source=jsonl",
+        f"--config.data.train_path={data}",
+        f"--config.data.eval_path={data}",
+    )
+    assert run.returncode == 1
+    assert (
+        run.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            "config error: config.generator.max_prompt_len (256): every train problem's prompt is "
+            "longer (tokens, template included); raise it (--config.generator.max_prompt_len="
+        )
+    ), run.stderr
+    assert "Traceback" not in run.stderr
+    assert not fresh.exists()
+    assert _listing(tmp_path) == before
