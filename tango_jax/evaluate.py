@@ -8,7 +8,7 @@ Generator: greedy zero-shot pass@1 on each selected benchmark (MATH500, AIME2024
 AMC2023, OlympiadBench; BGQA, CRUXEval, StrategyQA, TableBench). Verifier: ProcessBench F1 per
 split (gsm8k, math, olympiadbench, omnimath), the first INCORRECT step being the predicted
 error location. Data: `data_dir/<name>/` as the hub repositories download
-(tango_jax/data/benchmarks.py; README "Evaluation").
+(tango_jax/data/benchmarks.py; docs/evaluation.md).
 
 Models: a run directory's checkpoint at any saved step (exported once to
 `out_dir/models/<role>`), the run's RL starting point (`start`: after SFT) or its final HF

@@ -170,7 +170,7 @@ def _ranking_lines(cfg: RunConfig) -> list[str]:
 def _check_processes(cfg: RunConfig) -> None:
     """Several trainer processes sample with the embedded JAX sampler only: a vLLM role's
     servers and weight broadcast are driven by one process (run the trainer as one process per
-    node group, README "Scaling out")."""
+    node group, docs/scaling.md)."""
     import jax
 
     from tango_jax.config.run import SamplerBackend

@@ -114,7 +114,7 @@ class RunConfig:
     # evaluation, checkpointing, server urls); e.g. ("schedule.total_steps",).
     resume_may_change: tuple[str, ...] = ()
     mesh: MeshConfig = MeshConfig()  # -1 fills the remaining devices
-    # Multi-process training (jax.distributed; README "Scaling out"): the mesh then spans the
+    # Multi-process training (jax.distributed; docs/scaling.md): the mesh then spans the
     # devices of every process.
     distributed: DistributedConfig = DistributedConfig()
     generator: RoleConfig = RoleConfig()
@@ -146,7 +146,7 @@ class RunConfig:
     # steps, in run_dir/rollouts/ (and W&B tables); bounded in size (metrics/rollouts.py).
     log_rollouts: RolloutLogConfig = RolloutLogConfig()
     # Weights & Biases logging beside metrics.jsonl and TensorBoard (off by default;
-    # metrics/wandb.py, README "Experiment tracking").
+    # metrics/wandb.py, docs/outputs.md).
     wandb: WandbConfig = WandbConfig()
     # Sampler-vs-trainer log-prob drift is logged for every trained batch; True also scores
     # the untrained rollout batches (the verifier's feedback in generator steps, the

@@ -32,7 +32,7 @@ def how_to_get(hub_id: str, target: Path) -> str:
         "Runs never download data. On a machine with internet access run `huggingface-cli "
         f"download --repo-type dataset {hub_id} --local-dir {target}` and copy the directory "
         f"here, or point --data_dir at a Hugging Face hub cache that holds {hub_id} "
-        "(README.md, section Evaluation, lists every benchmark)."
+        "(docs/evaluation.md lists every benchmark)."
     )
 
 

@@ -58,7 +58,7 @@ class DataConfig:
     prompt_style: PromptStyle = PromptStyle.FULL  # full (the paper's) | compact (tiny configs)
     arith: ArithConfig = ArithConfig()  # the synthetic task (data/synthetic.py)
     # Files with the user's own prompt templates per role and variant (the official ones, say),
-    # replacing prompt_style's built-ins; "" = built in (tango/template_files.py, README).
+    # replacing prompt_style's built-ins; "" = built in (text/template_files.py, docs/config.md).
     template_files: TemplateFiles = TemplateFiles()
     # The outcome reward: "" = Math-Verify against the gold answer (the paper's); or a function
     # of your own, "module:function" called as f(completion, answer, question) -> [0, 1]
