@@ -12,8 +12,8 @@ the user turn of its chat template (`chat_template`, templates.chat_prompt), wit
 Tango prompts: the model writes no <step>/<answer> format zero-shot (0% under either prompt,
 docs/real_model.md), so each role first gets a short format SFT on the synthetic task's
 transcripts (the chat template around their prompts too, responses ending with <|im_end|>).
-Then verifier warm-up step and three generator steps, sized for ~35 minutes of a 2-core CPU of which the run
-gets about half (docs/real_model.md gives the measured step times and results);
+Then verifier warm-up step and three generator steps, sized for ~35 minutes of a 2-core CPU
+of which the run gets about half (docs/real_model.md gives the measured step times and results);
 greedy held-out evaluations before RL (= after SFT) and at the end.
 
 Variants: tango (default) | grpo (no verifier, rule reward; the same generator steps) |
