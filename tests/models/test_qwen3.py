@@ -216,6 +216,6 @@ def test_preflight_refuses_an_unsupported_model_type_in_one_line(tmp_path):
     with pytest.raises(ConfigError) as e:
         preflight.check_model_dir("generator.model.path", str(path))
     message = str(e.value)
-    assert message.startswith(f"config.generator.model.path ('{path}') holds a model")
+    assert message.startswith(f"config.generator.model.path ('{path}') is a model tango_jax cannot")
     assert "\n" not in message and "model_type 'gemma3'" in message
     assert all(family.value in message for family in Family)
