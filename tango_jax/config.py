@@ -16,6 +16,7 @@ or value fails in `load_run_config`, naming the field.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import importlib.util
 import math
 from pathlib import Path
@@ -35,7 +36,8 @@ from tango_jax.config_types import (
     derived,
     from_dict,
 )
-from tango_jax.data.prompts import DataConfig, DataSource
+from tango_jax.data.prompts import DataConfig
+from tango_jax.data.prompts import DataSource as DataSource  # re-exported (tango/sft.py)
 from tango_jax.parallel.distributed import DistributedConfig
 from tango_jax.parallel.mesh import MeshConfig
 from tango_jax.rl.advantages import AdvantageEstimator
@@ -44,6 +46,16 @@ from tango_jax.tango.divergence import DivergenceConfig
 from tango_jax.tango.process_advantages import AlphaSchedule
 from tango_jax.tango.schedule import Kind, Schedule
 from tango_jax.tracking import WandbConfig
+
+
+class StepSource(enum.Enum):
+    """Where the generator's step judgments come from (they enter one path either way)."""
+
+    VERIFIER = "verifier"  # the verifier's sampled step judgments (Tango)
+    # The task's step truth (+1 before the first wrong step, -1 from it on), each flipped with
+    # probability algorithm.oracle_flip_prob: the control that bounds what any verifier gives
+    # (synthetic tasks only; tango/oracle_feedback.py).
+    ORACLE = "oracle"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +83,8 @@ class AlgorithmConfig:
     verifier_consistent_verdict: bool = False
     class_reweight: ReweightMethod | None = ReweightMethod.SQRT_INVERSE  # | inverse | None
     class_ema_decay: float = 0.8
+    step_source: StepSource = StepSource.VERIFIER  # verifier | oracle (needs no verifier)
+    oracle_flip_prob: float = 0.0  # oracle only: probability q that a step label is flipped
 
     def __post_init__(self):
         check_fields(
@@ -80,6 +94,7 @@ class AlgorithmConfig:
                 "rloo_step_scale": finite(),
                 "generator_format_weight": within(0.0, math.inf, open_hi=True),
                 "verifier_format_weight": within(0.0, math.inf, open_hi=True),
+                "oracle_flip_prob": within(0.0, 1.0),
             },
         )
 
@@ -304,13 +319,26 @@ def _check_algorithm(c: RunConfig) -> None:
             a.ground_truth_weight,
             "< 1 mixes in the verifier's verdict, but verifier.enable is False.",
         )
+    if a.step_source is StepSource.ORACLE and (c.verifier.enable or not a.step_rewards):
+        _fail(
+            "algorithm.step_source",
+            a.step_source.value,
+            "takes the step judgments from the task's truth: set verifier.enable=False and "
+            "algorithm.step_rewards=True.",
+        )
+    if a.oracle_flip_prob and a.step_source is not StepSource.ORACLE:
+        _fail(
+            "algorithm.oracle_flip_prob",
+            a.oracle_flip_prob,
+            "flips oracle step labels; set algorithm.step_source='oracle' or leave it 0.",
+        )
 
 
 def _check_data(c: RunConfig) -> None:
     d = c.data
     if d.prompts_per_step < 1:
         _fail("data.prompts_per_step", d.prompts_per_step, "must be >= 1.")
-    if d.source is not DataSource.SYNTHETIC:
+    if not d.source.generated:
         for field in ("train_path", "eval_path"):
             if not getattr(d, field):
                 _fail(

@@ -30,7 +30,6 @@ from typing import Any
 
 from tango_jax.config import RunConfig, enabled_roles
 from tango_jax.config_types import ConfigError, config_dict, to_dict
-from tango_jax.data.prompts import DataSource
 from tango_jax.tango.schedule import Kind
 from tango_jax.tango.template_files import load_templates
 from tango_jax.tracking import check_installed
@@ -141,15 +140,15 @@ def check_paths(cfg: RunConfig) -> None:
         if stage.enable:
             if stage.data_path:
                 _check_data_file(f"sft.{kind.value}.data_path", stage.data_path)
-            elif cfg.data.source is not DataSource.SYNTHETIC:
+            elif not cfg.data.source.generated:
                 _fail(
                     f"sft.{kind.value}.data_path",
                     stage.data_path,
-                    "is required when the SFT stage is on and data.source is not 'synthetic' "
-                    "(only the synthetic task has built-in SFT data); give a JSONL of "
+                    "is required when the SFT stage is on and data.source is not 'synthetic' or "
+                    "'last_letter' (only those have built-in SFT data); give a JSONL of "
                     "{question, response} records.",
                 )
-    if cfg.data.source is not DataSource.SYNTHETIC:
+    if not cfg.data.source.generated:
         _check_data_file("data.train_path", cfg.data.train_path)
         _check_data_file("data.eval_path", cfg.data.eval_path)
     load_templates(cfg.data.prompt_style, cfg.data.template_files)  # files exist and check out

@@ -15,7 +15,13 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from tango_jax import preflight
-from tango_jax.config import RunConfig, SamplerBackend, check_micro_batches, load_run_config
+from tango_jax.config import (
+    DataSource,
+    RunConfig,
+    SamplerBackend,
+    check_micro_batches,
+    load_run_config,
+)
 from tango_jax.config_types import ConfigError, UnknownFieldError, check_path
 from tango_jax.parallel.distributed import initialize, is_primary
 from tango_jax.parallel.mesh import data_parallel_size, make_mesh
@@ -92,6 +98,8 @@ def _ranking_lines(cfg: RunConfig) -> list[str]:
 
     if not cfg.verifier.enable:
         return []
+    if cfg.data.source is not DataSource.SYNTHETIC:  # step_probe recomputes arithmetic steps
+        return [f"not measured for data.source={cfg.data.source.value!r} (arithmetic only)"]
     final = Path(cfg.run_dir) / "hf" / "verifier"
     start = step_probe.start_verifier(cfg.run_dir, cfg.verifier.model.path)
     if start is None or not (final / "config.json").exists():

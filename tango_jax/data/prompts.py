@@ -18,8 +18,9 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tango_jax.data import datasets, synthetic
+from tango_jax.data import datasets, last_letter, synthetic
 from tango_jax.data.datasets import Problem, PromptStream, StreamPosition
+from tango_jax.data.last_letter import LetterConfig, LetterStream
 from tango_jax.data.synthetic import ArithConfig, SyntheticStream
 from tango_jax.tango.template_files import TemplateFiles, load_templates
 from tango_jax.tango.templates import (
@@ -35,8 +36,16 @@ log = logging.getLogger(__name__)
 
 class DataSource(enum.Enum):
     SYNTHETIC = "synthetic"  # tango_jax.data.synthetic arithmetic chains (tiny configs)
+    LAST_LETTER = (
+        "last_letter"  # tango_jax.data.last_letter concatenation (configs/tiny_letters.py)
+    )
     JSONL = "jsonl"  # local JSONL/parquet with question/answer fields
     EURUS2 = "eurus2"  # local copy of PRIME-RL/Eurus-2-RL-Data (math subset)
+
+    @property
+    def generated(self) -> bool:
+        """A task generated in code: no files, built-in SFT sets, known step truth."""
+        return self in (DataSource.SYNTHETIC, DataSource.LAST_LETTER)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +60,7 @@ class DataConfig:
     seed: int = 1  # data order (official data.seed = 1)
     prompt_style: PromptStyle = PromptStyle.FULL  # full (the paper's) | compact (tiny configs)
     arith: ArithConfig = ArithConfig()  # the synthetic task (data/synthetic.py)
+    letters: LetterConfig = LetterConfig()  # the last-letter task (data/last_letter.py)
     # Files with the user's own prompt templates per role and variant (the official ones, say),
     # replacing prompt_style's built-ins; "" = built in (tango/template_files.py, README).
     template_files: TemplateFiles = TemplateFiles()
@@ -75,6 +85,10 @@ def load_prompts(
     if cfg.source is DataSource.SYNTHETIC:
         stream = SyntheticStream(cfg.arith, cfg.prompts_per_step, seed=cfg.seed, position=position)
         held_out = synthetic.held_out_problems(cfg.arith, cfg.eval_size, seed=cfg.seed)
+        return stream, [p.to_problem() for p in held_out]
+    if cfg.source is DataSource.LAST_LETTER:
+        stream = LetterStream(cfg.letters, cfg.prompts_per_step, seed=cfg.seed, position=position)
+        held_out = last_letter.held_out_problems(cfg.letters, cfg.eval_size, seed=cfg.seed)
         return stream, [p.to_problem() for p in held_out]
     fields = datasets.Fields(cfg.question_field, cfg.answer_field)
     if cfg.source is DataSource.EURUS2:

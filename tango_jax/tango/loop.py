@@ -34,7 +34,7 @@ from tango_jax.checkpoint import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer
 from tango_jax.checkpoint_guards import check_finite, last_good
 from tango_jax.config import RunConfig, enabled_roles, trained_roles
 from tango_jax.config_roles import SamplerBackend
-from tango_jax.data import synthetic_labels
+from tango_jax.data import last_letter, last_letter_labels, synthetic_labels
 from tango_jax.data.datasets import StreamPosition
 from tango_jax.data.prompts import DataSource, load_prompts
 from tango_jax.data.tokenizer import load_tokenizer
@@ -78,6 +78,10 @@ class TangoLoop:
         if d.source is DataSource.SYNTHETIC and self.cfg.eval.process_bench_size:
             self.process_items = synthetic_labels.process_items(
                 d.arith, self.cfg.eval.process_bench_size, seed=d.seed
+            )
+        if d.source is DataSource.LAST_LETTER and self.cfg.eval.process_bench_size:
+            self.process_items = last_letter_labels.process_items(
+                d.letters, self.cfg.eval.process_bench_size, seed=d.seed
             )
         return load_prompts(
             self.cfg.data,
@@ -159,6 +163,13 @@ class TangoLoop:
             for r in built.values():
                 r.sampler.close()
 
+    def _length_bucket(self):
+        """The held-out problems' length bucket (last-letter task: 'in' / 'unseen'), or None."""
+        d = self.cfg.data
+        if d.source is not DataSource.LAST_LETTER:
+            return None
+        return lambda p: d.letters.bucket(len(last_letter.parse_question(p.question).words))
+
     def _evaluate(self, ctx: StepContext, problems) -> dict[str, float]:
         out = evaluate(
             ctx.generator,
@@ -172,6 +183,7 @@ class TangoLoop:
             sampled_seed=self.cfg.seed if self.cfg.eval.sampled else None,
             sampled_n=self.cfg.eval.sampled_n,
             process_items=self.process_items,
+            bucket=self._length_bucket(),
         )
         # Its own timer: evaluation time is reported as perf/eval_*, never as the step's time.
         timings = self.eval_timer.metrics()

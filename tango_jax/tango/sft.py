@@ -26,7 +26,7 @@ from jax.experimental import multihost_utils
 from tango_jax.config import DataSource, RunConfig
 from tango_jax.config_roles import RoleConfig
 from tango_jax.config_stages import SFTStage
-from tango_jax.data import synthetic_labels
+from tango_jax.data import last_letter_labels, synthetic_labels
 from tango_jax.data.tokenizer import load_tokenizer
 from tango_jax.metrics import MetricsWriter, NoMetrics, Progress
 from tango_jax.models import from_pretrained, save_pretrained
@@ -132,18 +132,19 @@ def sft_examples(cfg: RunConfig, role: Kind) -> list[SFTPair]:
     stage, name, style = cfg.sft.stage(role), role.value, cfg.data.templates
     if stage.data_path:
         return sft_records(stage.data_path, role, style)
-    if cfg.data.source is not DataSource.SYNTHETIC:
+    if not cfg.data.source.generated:
         raise ValueError(
             f"sft.{name}.enable needs SFT data: set sft.{name}.data_path to a JSONL of "
             "{question, response} records (the built-in SFT sets exist for the synthetic "
-            "task only)."
+            "tasks only)."
         )
-    make = (
-        synthetic_labels.generator_sft_examples
-        if role is Kind.GENERATOR
-        else synthetic_labels.verifier_sft_examples
+    labels, task = (
+        (last_letter_labels, cfg.data.letters)
+        if cfg.data.source is DataSource.LAST_LETTER
+        else (synthetic_labels, cfg.data.arith)
     )
-    examples = make(cfg.data.arith, stage.num_examples, seed=cfg.seed, style=style)
+    make = labels.generator_sft_examples if role is Kind.GENERATOR else labels.verifier_sft_examples
+    examples = make(task, stage.num_examples, seed=cfg.seed, style=style)
     return [SFTPair(e.prompt, e.response, e.no_loss) for e in examples]
 
 
