@@ -23,8 +23,9 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from make_tiny_sft import run_phases
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = str(ROOT / "configs" / "tiny_letters.py")
@@ -83,16 +84,7 @@ def main(argv: list[str]) -> int:
     work, out = Path(args.work).resolve(), Path(args.out).resolve()
     commands = phase_commands(work, args.seed, args.verifier_steps, args.set)
     done = (work / "phase1" / "sft" / "generator", work / "phase2" / "sft" / "verifier")
-    for phase, (cmd, ckpt) in enumerate(zip(commands, done), 1):
-        if (ckpt / "config.json").exists():
-            print(f"phase {phase}: done before ({ckpt})", flush=True)
-            continue
-        t0 = time.perf_counter()
-        print(f"phase {phase}: {' '.join(cmd)}", flush=True)
-        rc = subprocess.run(cmd, cwd=ROOT).returncode
-        if rc:
-            raise SystemExit(f"phase {phase} failed (exit {rc}); its log is above.")
-        print(f"phase {phase}: {(time.perf_counter() - t0) / 60:.1f} min", flush=True)
+    run_phases(commands, [d / "config.json" for d in done])
     staging = out.with_name(out.name + ".tmp")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
