@@ -49,3 +49,44 @@ def test_holm_by_hand():
     # sorted p 0.01, 0.03, 0.04 -> 3*0.01, 2*0.03, max(0.06, 1*0.04)
     assert [c.p_holm for c in out[:3]] == pytest.approx([0.03, 0.06, 0.06])
     assert np.isnan(out[3].p_holm)
+
+
+def _study_letters():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    scripts = Path(__file__).resolve().parent.parent / "scripts"
+    sys.path.insert(0, str(scripts))  # study_letters imports study
+    try:
+        spec = importlib.util.spec_from_file_location("study_letters", scripts / "study_letters.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(scripts))
+    return module
+
+
+def test_the_letters_table_and_gate_from_curves():
+    sl = _study_letters()
+    curve = lambda ys: [[12 * i, y, 12 * i] for i, y in enumerate(ys)]
+    results = {"grpo": {}, "oracle": {}}
+    for s in range(1, 6):
+        results["grpo"][str(s)] = {sl.PRIMARY: curve([0.3, 0.32, 0.34, 0.36])}
+        results["oracle"][str(s)] = {sl.PRIMARY: curve([0.3, 0.35 + s / 100, 0.4, 0.42])}
+    text, primary = sl.table(results, ["grpo", "oracle"], list(range(1, 6)))
+    (c,) = primary
+    # AUC difference per seed: trapezoids of (0, 0.03 + s/100, 0.06, 0.06) over 36 -> by hand
+    want = [
+        (0 + (0.03 + s / 100)) / 2 * 12 + ((0.03 + s / 100) + 0.06) / 2 * 12 + 0.06 * 12
+        for s in range(1, 6)
+    ]
+    assert c.name == "oracle - grpo, AUC" and c.diffs == pytest.approx([w / 36 for w in want])
+    assert "| oracle | 5 |" in text
+    assert "the gate holds" in sl.gate(results, list(range(1, 6)), primary)
+    # GRPO's final accuracy 0.36 is reached by the oracle between updates 0 and 12
+    r = sl.per_run(results, "oracle", 1)
+    assert r["to_grpo_final"] == pytest.approx(12 * 0.06 / 0.06)
+    assert "open (only 2 seeds)" in sl.gate(
+        results, [1, 2], sl.table(results, ["grpo", "oracle"], [1, 2])[1]
+    )
