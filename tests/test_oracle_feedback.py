@@ -31,7 +31,8 @@ PROBLEM = ll.LetterProblem(("kaz", "qup", "hjr"))
         (0, 3, (-1, -1, -1)),
         (1, 3, (1, -1, -1)),
         (2, 3, (1, 1, -1)),
-        (3, 3, (1, 1, 1)),  # a missing step: every written step is right
+        (3, 3, (1, 1, -1)),  # a missing step: wrong from the last written step
+        (5, 2, (1, -1)),
         (-1, 0, ()),
         (0, 0, ()),
     ],
@@ -71,14 +72,15 @@ def _solution(tok, steps, answer):
 
 
 # A group of 4 rollouts: right; wrong letter at step 1 (carried on); right letter but the
-# string wrong at step 2; a missing last step (answer wrong, every written step right).
+# string wrong at step 2; a missing last step (answer wrong, every written step right: the
+# oracle marks the last written one).
 ROLLOUTS = [
     (["kaz: z, z", "qup: p, zp", "hjr: r, zpr"], "zpr"),
     (["kaz: z, z", "qup: u, zu", "hjr: r, zur"], "zur"),
     (["kaz: z, z", "qup: p, zp", "hjr: r, zp"], "zp"),
     (["kaz: z, z", "qup: p, zp"], "zp"),
 ]
-WANT = [(1, 1, 1), (1, -1, -1), (1, 1, -1), (1, 1)]
+WANT = [(1, 1, 1), (1, -1, -1), (1, 1, -1), (1, -1)]
 
 
 def test_oracle_judged_by_hand():
@@ -86,7 +88,7 @@ def test_oracle_judged_by_hand():
     sols = [_solution(tok, s, a) for s, a in ROLLOUTS]
     judged = oracle_judged(sols, flip_prob=0.0, seed=0, step=1)
     assert [row[0].verification.step_judgments for row in judged] == WANT
-    assert [row[0].verification.verdict for row in judged] == [1, 0, 0, 1]
+    assert [row[0].verification.verdict for row in judged] == [1, 0, 0, 0]
     assert all(len(row) == 1 and row[0].completion is None for row in judged)
     noisy = oracle_judged(sols, flip_prob=1.0, seed=0, step=1)
     assert [r[0].verification.step_judgments for r in noisy] == [tuple(-j for j in w) for w in WANT]
@@ -127,7 +129,7 @@ def test_oracle_enters_the_verifier_path_exactly():
     assert stats_o == stats_v and stats_o["step_rewards/aligned_frac"] == 1.0
     # ±1/K at step ends: rollout 1 has K = 3, rollout 3 has K = 2
     assert sorted(r_o[1, 0][m_o[1, 0] > 0].tolist()) == pytest.approx([-1 / 3, -1 / 3, 1 / 3])
-    assert r_o[3, 0][m_o[3, 0] > 0].tolist() == pytest.approx([0.5, 0.5])
+    assert r_o[3, 0][m_o[3, 0] > 0].tolist() == pytest.approx([0.5, -0.5])
 
     schedule = AlphaSchedule(total_steps=36, alpha0=0.1)
     weights = schedule.weights(0)
@@ -148,9 +150,10 @@ def test_oracle_enters_the_verifier_path_exactly():
     want = 0.9 * grpo_outcome(rewards, 4)[:, None] * mask + 0.1 * grpo_step(r_o, m_o, 4) * mask
     assert_close(np.asarray(a), want, tol=1e-5)
     # By hand, rollout 0 (right) at its first token: outcome z = (1 - 1/4) / sd([1,0,0,0]) =
-    # 0.75 / 0.5 = 1.5; the 11 pooled step rewards (1/3 x6, -1/3 x3, 1/2 x2) have mean 5/33
-    # and sd s; the sum of its three z-scores is 3·(1/3 - 5/33)/s.
-    pool = [1 / 3] * 6 + [-1 / 3] * 3 + [0.5] * 2
+    # 0.75 / 0.5 = 1.5; the 11 pooled step rewards (1/3 x6, -1/3 x3, 1/2, -1/2) have mean
+    # 1/11 and sd s; the sum of its three z-scores is 3·(1/3 - 1/11)/s.
+    pool = [1 / 3] * 6 + [-1 / 3] * 3 + [0.5, -0.5]
+    assert np.mean(pool) == pytest.approx(1 / 11)
     s = np.std(pool, ddof=1)
     by_hand = 0.9 * 1.5 + 0.1 * 3 * (1 / 3 - np.mean(pool)) / (s + 1e-6)
     assert float(a[0, 0]) == pytest.approx(by_hand, rel=1e-5)

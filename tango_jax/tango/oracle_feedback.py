@@ -3,7 +3,12 @@
 A generator step with `algorithm.step_source = oracle` asks no verifier. Each rollout gets one
 `feedback.Judgment` whose step judgments are the ground truth: +1 for every step before the
 first wrong one, -1 from it on (under a perfect prover, progress changes only at the first
-error); with `oracle_flip_prob` q each judgment is flipped independently with probability q
+error). A solution that stops early (its first error is a missing step) is wrong from its last
+written step: the decision to stop comes after that step's end, where Tango's step advantage is
+0, so the last step is the nearest place a step label can reach it; labelling every written
+step +1 instead would give a truncated wrong solution a right one's step rewards, and within a
+group of truncated solutions the ±1/K rewards would favour the shortest (the tiny SFT
+generator's commonest error on longer lists is exactly this: it stops after 2-3 steps). With `oracle_flip_prob` q each judgment is flipped independently with probability q
 (the noisy oracle: a dose-response curve against step-label accuracy). These judgments then
 take exactly the verifier's path: `feedback.step_reward_arrays` (±1/K at step ends),
 `process_advantages.blended_advantages` (group-pooled z-scores, reverse cumsum, α blend).
@@ -21,12 +26,13 @@ from tango_jax.tango.feedback import Judgment, Solution
 
 def oracle_judgments(first_error: int, num_steps: int) -> tuple[int, ...]:
     """+1 before step `first_error`, -1 from it on (-1 means no wrong step: all +1). A first
-    error at or beyond `num_steps` (a missing step) leaves every written step +1."""
+    error at or beyond `num_steps` (a missing step: the solution stopped early) makes the last
+    written step -1 (see the module doc)."""
     if num_steps < 0 or first_error < -1:
         raise ValueError(
             f"num_steps ({num_steps}) must be >= 0 and first_error ({first_error}) >= -1."
         )
-    wrong_from = num_steps if first_error == -1 else first_error
+    wrong_from = num_steps if first_error == -1 else min(first_error, num_steps - 1)
     return tuple(1 if k < wrong_from else -1 for k in range(num_steps))
 
 
