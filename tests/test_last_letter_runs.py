@@ -61,5 +61,5 @@ def test_letters_arms_run(tmp_path, variant):
     if variant == "grpo":
         assert all(r["generator/alpha"] == 0.0 and r["generator/adv/step_abs"] == 0.0 for r in gen)
     if variant == "tango":
-        assert any(r["phase"] == "verifier" for r in rows)
+        assert any(r["phase"].startswith("verifier") for r in rows)  # "verifier_warmup" here
         assert "eval/verifier/step_f1" in evals[-1]
