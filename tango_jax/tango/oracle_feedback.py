@@ -8,8 +8,9 @@ written step: the decision to stop comes after that step's end, where Tango's st
 0, so the last step is the nearest place a step label can reach it; labelling every written
 step +1 instead would give a truncated wrong solution a right one's step rewards, and within a
 group of truncated solutions the ±1/K rewards would favour the shortest (the tiny SFT
-generator's commonest error on longer lists is exactly this: it stops after 2-3 steps). With `oracle_flip_prob` q each judgment is flipped independently with probability q
-(the noisy oracle: a dose-response curve against step-label accuracy). These judgments then
+generator's commonest error on longer lists is exactly this: it stops after 2-3 steps).
+With `oracle_flip_prob` q each judgment is flipped independently with probability q (the noisy
+oracle: a dose-response curve against step-label accuracy). These judgments then
 take exactly the verifier's path: `feedback.step_reward_arrays` (±1/K at step ends),
 `process_advantages.blended_advantages` (group-pooled z-scores, reverse cumsum, α blend).
 """
