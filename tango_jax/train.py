@@ -147,10 +147,13 @@ def _ranking_lines(cfg: RunConfig) -> list[str]:
     error before and after RL (`step_probe`, teacher-forced in PyTorch), on the run's own
     miniature-ProcessBench items. Empty when the run has no final verifier checkpoint, or
     when PyTorch or a tokenizer with single-token judgment words is missing (said in a line)."""
+    from tango_jax.data.prompts import DataSource
     from tango_jax.eval import step_probe
 
     if not cfg.verifier.enable:
         return []
+    if cfg.data.source is not DataSource.SYNTHETIC:  # step_probe recomputes arithmetic steps
+        return [f"not measured for data.source={cfg.data.source.value!r} (arithmetic only)"]
     final = Path(cfg.run_dir) / "hf" / "verifier"
     start = step_probe.start_verifier(cfg.run_dir, cfg.verifier.model.path)
     if start is None or not (final / "config.json").exists():

@@ -118,6 +118,21 @@ def step0_eval(run_dir: Path) -> dict[str, float]:
     return out
 
 
+def run_phases(commands: list[list[str]], done: list[Path]) -> None:
+    """Each command from the repository root, skipped when its `done` path exists; stops at
+    the first that fails."""
+    for phase, (cmd, marker) in enumerate(zip(commands, done), 1):
+        if marker.exists():
+            print(f"phase {phase}: done before ({marker})", flush=True)
+            continue
+        t0 = time.perf_counter()
+        print(f"phase {phase}: {' '.join(cmd)}", flush=True)
+        rc = subprocess.run(cmd, cwd=ROOT).returncode
+        if rc:
+            raise SystemExit(f"phase {phase} failed (exit {rc}); its log is above.")
+        print(f"phase {phase}: {(time.perf_counter() - t0) / 60:.1f} min", flush=True)
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--seed", type=int, default=0, help="the SFT's seed (data, sampling)")
@@ -133,17 +148,7 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     work, out = Path(args.work).resolve(), Path(args.out).resolve()
     commands = phase_commands(work, args.seed, args.set)
-    for phase, cmd in enumerate(commands, 1):
-        run_dir = work / f"phase{phase}"
-        if (run_dir / "sft" / "verifier").exists():
-            print(f"phase {phase}: done before ({run_dir})", flush=True)
-            continue
-        t0 = time.perf_counter()
-        print(f"phase {phase}: {' '.join(cmd)}", flush=True)
-        rc = subprocess.run(cmd, cwd=ROOT).returncode
-        if rc:
-            raise SystemExit(f"phase {phase} failed (exit {rc}); its log is above.")
-        print(f"phase {phase}: {(time.perf_counter() - t0) / 60:.1f} min", flush=True)
+    run_phases(commands, [work / f"phase{i}" / "sft" / "verifier" for i in (1, 2, 3)])
     staging = out.with_name(out.name + ".tmp")  # never a half-written --out
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)

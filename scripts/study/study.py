@@ -77,8 +77,10 @@ def run_dir(root: Path, variant: str, seed: int) -> Path:
     return root / f"{variant}_s{seed}"
 
 
-def command(root: Path, variant: str, seed: int, overrides: list[str], sft: str) -> list[str]:
-    config = CONFIG if variant == "tango" else f"{CONFIG}:{variant}"
+def command(
+    root: Path, variant: str, seed: int, overrides: list[str], sft: str, config_file: str = CONFIG
+) -> list[str]:
+    config = config_file if variant == "tango" else f"{config_file}:{variant}"
     start = []
     if sft:  # checkpoints other than the config's shipped ones
         start = [
@@ -123,11 +125,13 @@ def make_sft(root: Path, seed: int) -> str:
     return f"SFT seed {seed}: {(time.perf_counter() - t0) / 60:.1f} min"
 
 
-def run(root: Path, variant: str, seed: int, overrides: list[str], sft: str) -> str:
+def run(
+    root: Path, variant: str, seed: int, overrides: list[str], sft: str, config_file: str = CONFIG
+) -> str:
     """One run, from the SFT checkpoints in `sft` (default: the config's shipped ones)."""
     t0 = time.perf_counter()
     with open(root / f"{variant}_s{seed}.log", "a") as log:
-        cmd = command(root, variant, seed, overrides, sft)
+        cmd = command(root, variant, seed, overrides, sft, config_file)
         rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
     minutes = (time.perf_counter() - t0) / 60
     return f"{variant} seed {seed}: rc {rc}, {minutes:.1f} min"
@@ -362,8 +366,15 @@ def plot(results: dict, seeds: list[int], metrics: dict[str, str], path: Path) -
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument(
+        "--task",
+        default="arith",
+        choices=("arith", "last_letter"),
+        help="arith: configs/tiny_arith.py (this module); last_letter: configs/tiny_letters.py "
+        "with its arms and the claim-2 summary (scripts/study/study_letters.py)",
+    )
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    p.add_argument("--variants", nargs="+", default=None, help="arms (default: every one)")
     p.add_argument("--root", default="runs/study")
     p.add_argument("--jobs", type=int, default=1, help="runs at the same time")
     p.add_argument(
@@ -385,7 +396,19 @@ def main(argv: list[str]) -> int:
         help="each seed first makes its own SFT (scripts/assets/make_tiny_sft.py --seed S)",
     )
     p.add_argument("--summary-only", action="store_true")
+    p.add_argument(
+        "--summary-dir",
+        default="",
+        help="last_letter: where results.json, table.md and fig4.png go (default --root)",
+    )
     args = p.parse_args(argv)
+    if args.task == "last_letter":
+        import study_letters
+
+        return study_letters.main(args)
+    args.variants = args.variants or list(VARIANTS)
+    if set(args.variants) - set(VARIANTS):
+        p.error(f"--variants: choose from {VARIANTS}")
     root = Path(args.root)
     root.mkdir(parents=True, exist_ok=True)
     if args.sft_from and args.sft_per_seed:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from tango_jax.config.run import RunConfig, SamplerBackend, enabled_roles
-from tango_jax.data.prompts import DataSource, read_problems
+from tango_jax.data.prompts import read_problems
 from tango_jax.metrics.wandb import check_installed
 from tango_jax.models.config import ModelConfig
 from tango_jax.schema import ConfigError, config_dict, to_dict
@@ -175,15 +175,15 @@ def check_paths(cfg: RunConfig) -> None:
         if stage.enable:
             if stage.data_path:
                 _check_data_file(f"sft.{kind.value}.data_path", stage.data_path)
-            elif cfg.data.source is not DataSource.SYNTHETIC:
+            elif not cfg.data.source.generated:
                 _fail(
                     f"sft.{kind.value}.data_path",
                     stage.data_path,
-                    "is required when the SFT stage is on and data.source is not 'synthetic' "
-                    "(only the synthetic task has built-in SFT data); give a JSONL of "
+                    "is required when the SFT stage is on and data.source is not 'synthetic' or "
+                    "'last_letter' (only those have built-in SFT data); give a JSONL of "
                     "{question, response} records.",
                 )
-    if cfg.data.source is not DataSource.SYNTHETIC:
+    if not cfg.data.source.generated:
         _check_data_file("data.train_path", cfg.data.train_path)
         _check_data_file("data.eval_path", cfg.data.eval_path)
         for split in ("train", "eval"):  # every record: fields, questions, answers

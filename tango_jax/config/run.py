@@ -16,6 +16,7 @@ or value fails in `load_run_config`, naming the field.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import importlib.util
 import math
 from pathlib import Path
@@ -27,7 +28,7 @@ from ml_collections import config_dict as mlc
 from tango_jax.checkpoint.divergence import DivergenceConfig
 from tango_jax.config.roles import RoleConfig, RolloutSettings, SamplerBackend
 from tango_jax.config.stages import CheckpointConfig, EvalConfig, SFTConfig
-from tango_jax.data.prompts import DataConfig, DataSource
+from tango_jax.data.prompts import DataConfig
 from tango_jax.metrics.rollouts import RolloutLogConfig
 from tango_jax.metrics.wandb import WandbConfig
 from tango_jax.parallel.distributed import DistributedConfig
@@ -51,6 +52,16 @@ from tango_jax.tango.class_balance import ReweightMethod
 from tango_jax.tango.kind import Kind
 from tango_jax.tango.process_advantages import AlphaSchedule
 from tango_jax.tango.schedule import Schedule
+
+
+class StepSource(enum.Enum):
+    """Where the generator's step judgments come from (they enter one path either way)."""
+
+    VERIFIER = "verifier"  # the verifier's sampled step judgments (Tango)
+    # The task's step truth (+1 before the first wrong step, -1 from it on), each flipped with
+    # probability algorithm.oracle_flip_prob: the control that bounds what any verifier gives
+    # (synthetic tasks only; tango/oracle_feedback.py).
+    ORACLE = "oracle"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +89,8 @@ class AlgorithmConfig:
     verifier_consistent_verdict: bool = False
     class_reweight: ReweightMethod | None = ReweightMethod.SQRT_INVERSE  # | inverse | None
     class_ema_decay: float = 0.8
+    step_source: StepSource = StepSource.VERIFIER  # verifier | oracle (needs no verifier)
+    oracle_flip_prob: float = 0.0  # oracle only: probability q that a step label is flipped
 
     def __post_init__(self):
         check_fields(
@@ -87,6 +100,7 @@ class AlgorithmConfig:
                 "rloo_step_scale": finite(),
                 "generator_format_weight": within(0.0, math.inf, open_hi=True),
                 "verifier_format_weight": within(0.0, math.inf, open_hi=True),
+                "oracle_flip_prob": within(0.0, 1.0),
             },
         )
 
@@ -314,22 +328,35 @@ def _check_algorithm(c: RunConfig) -> None:
             a.ground_truth_weight,
             "< 1 mixes in the verifier's verdict, but verifier.enable is False.",
         )
+    if a.step_source is StepSource.ORACLE and (c.verifier.enable or not a.step_rewards):
+        _fail(
+            "algorithm.step_source",
+            a.step_source.value,
+            "takes the step judgments from the task's truth: set verifier.enable=False and "
+            "algorithm.step_rewards=True.",
+        )
+    if a.oracle_flip_prob and a.step_source is not StepSource.ORACLE:
+        _fail(
+            "algorithm.oracle_flip_prob",
+            a.oracle_flip_prob,
+            "flips oracle step labels; set algorithm.step_source='oracle' or leave it 0.",
+        )
 
 
 def _check_data(c: RunConfig) -> None:
     d = c.data
     if d.prompts_per_step < 1:
         _fail("data.prompts_per_step", d.prompts_per_step, "must be >= 1.")
-    if d.source is DataSource.SYNTHETIC:  # file settings would be silently ignored
+    if d.source.generated:  # file settings would be silently ignored
         defaults = DataConfig()
         for field in ("train_path", "eval_path", "question_field", "answer_field"):
             if getattr(d, field) != getattr(defaults, field):
                 _fail(
                     f"data.{field}",
                     getattr(d, field),
-                    "is set, but data.source is 'synthetic' (generated problems, no files), "
-                    "which would ignore it: pass --config.data.source=jsonl to train on your "
-                    "file (docs/data.md).",
+                    f"is set, but data.source is {d.source.value!r} (generated problems, no "
+                    "files), which would ignore it: pass --config.data.source=jsonl to train on "
+                    "your file (docs/data.md).",
                 )
     else:
         what = {"train_path": "training", "eval_path": "held-out"}

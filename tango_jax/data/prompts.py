@@ -19,8 +19,9 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tango_jax.data import datasets, synthetic
+from tango_jax.data import datasets, last_letter, synthetic
 from tango_jax.data.datasets import Problem, PromptStream, StreamPosition
+from tango_jax.data.last_letter import LetterConfig, LetterStream
 from tango_jax.data.synthetic import ArithConfig, SyntheticStream
 from tango_jax.schema import ConfigError
 from tango_jax.text.answer_check import RewardKind
@@ -38,8 +39,16 @@ log = logging.getLogger(__name__)
 
 class DataSource(enum.Enum):
     SYNTHETIC = "synthetic"  # tango_jax.data.synthetic arithmetic chains (tiny configs)
+    LAST_LETTER = (
+        "last_letter"  # tango_jax.data.last_letter concatenation (configs/tiny_letters.py)
+    )
     JSONL = "jsonl"  # local JSONL/parquet with question/answer fields
     EURUS2 = "eurus2"  # local copy of PRIME-RL/Eurus-2-RL-Data (math subset)
+
+    @property
+    def generated(self) -> bool:
+        """A task generated in code: no files, built-in SFT sets, known step truth."""
+        return self in (DataSource.SYNTHETIC, DataSource.LAST_LETTER)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +66,7 @@ class DataConfig:
     seed: int = 1  # data order (official data.seed = 1)
     prompt_style: PromptStyle = PromptStyle.FULL  # full (the paper's) | compact (tiny configs)
     arith: ArithConfig = ArithConfig()  # the synthetic task (data/synthetic.py)
+    letters: LetterConfig = LetterConfig()  # the last-letter task (data/last_letter.py)
     # Files with the user's own prompt templates per role and variant (the official ones, say),
     # replacing prompt_style's built-ins; "" = built in (text/template_files.py, docs/config.md).
     template_files: TemplateFiles = TemplateFiles()
@@ -67,8 +77,12 @@ class DataConfig:
 
     @property
     def reward_kind(self) -> RewardKind:
-        """Which check scores the outcome reward of this data (training and held-out)."""
-        return RewardKind.CUSTOM if self.reward else RewardKind.MATH
+        """Which check scores the outcome reward of this data (training and held-out): the
+        run's own function, else exact match for last letters (a symbolic checker would accept
+        a permutation), else Math-Verify."""
+        if self.reward:
+            return RewardKind.CUSTOM
+        return RewardKind.EXACT if self.source is DataSource.LAST_LETTER else RewardKind.MATH
 
     @functools.cached_property
     def templates(self) -> PromptTemplates:
@@ -90,6 +104,10 @@ def load_prompts(
     if cfg.source is DataSource.SYNTHETIC:
         stream = SyntheticStream(cfg.arith, cfg.prompts_per_step, seed=cfg.seed, position=position)
         held_out = synthetic.held_out_problems(cfg.arith, cfg.eval_size, seed=cfg.seed)
+        return stream, [p.to_problem() for p in held_out]
+    if cfg.source is DataSource.LAST_LETTER:
+        stream = LetterStream(cfg.letters, cfg.prompts_per_step, seed=cfg.seed, position=position)
+        held_out = last_letter.held_out_problems(cfg.letters, cfg.eval_size, seed=cfg.seed)
         return stream, [p.to_problem() for p in held_out]
     train, evals = read_problems(cfg, "train"), read_problems(cfg, "eval")
     tok = tokenizer()

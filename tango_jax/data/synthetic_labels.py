@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from tango_jax.data.synthetic import (
     _SLIP_OFFSETS,
@@ -258,6 +259,12 @@ def first_error(problem: ArithProblem, steps: Sequence[str]) -> int:
 def process_items(config: ArithConfig, n: int, *, seed: int = 0) -> list[ProcessItem]:
     """`process_bench` as the evaluation's ProcessBench items (question, solution text, K,
     first wrong step or -1)."""
+    return as_process_items(process_bench(config, n, seed=seed))
+
+
+def as_process_items(solutions) -> list[ProcessItem]:
+    """Solutions of a synthetic task (`.problem.question`, `.text`, `.steps`, `.first_error`)
+    as ProcessBench items."""
     return [
         ProcessItem(
             s.problem.question,
@@ -265,8 +272,24 @@ def process_items(config: ArithConfig, n: int, *, seed: int = 0) -> list[Process
             len(s.steps),
             NO_ERROR if s.first_error is None else s.first_error,
         )
-        for s in process_bench(config, n, seed=seed)
+        for s in solutions
     ]
+
+
+def alternating_bench(draw: Callable[[int], Any], solve: Callable[[Any, bool], Any], n: int):
+    """`n` solutions on the first distinct problems of `draw(0), draw(1), ...` (held-out
+    problems with a `.question`): `solve(problem, wrong)`, right and wrong in turn."""
+    out, seen, index = [], set(), 0
+    while len(out) < n:
+        problem = draw(index)
+        index += 1
+        if problem.question in seen:
+            if index > 50 * n + MAX_ATTEMPTS:
+                raise ValueError(f"only {len(out)} distinct held-out problems for n = {n}.")
+            continue
+        seen.add(problem.question)
+        out.append(solve(problem, len(out) % 2 == 1))
+    return out
 
 
 def process_bench(config: ArithConfig, n: int, *, seed: int = 0) -> list[ArithSolution]:
@@ -276,15 +299,8 @@ def process_bench(config: ArithConfig, n: int, *, seed: int = 0) -> list[ArithSo
 
     The same seed gives the same items on every run, so runs are compared on one set.
     """
-    out, seen, index = [], set(), 0
-    while len(out) < n:
-        problem = problem_at(config, index, seed=seed, held_out=True, purpose="process-bench")
-        index += 1
-        if problem.question in seen:
-            if index > 50 * n + MAX_ATTEMPTS:
-                raise ValueError(f"only {len(out)} distinct held-out problems for n = {n}.")
-            continue
-        seen.add(problem.question)
-        wrong = len(out) % 2 == 1
-        out.append(slipped_solution(problem, seed=seed) if wrong else reference_solution(problem))
-    return out
+    return alternating_bench(
+        lambda i: problem_at(config, i, seed=seed, held_out=True, purpose="process-bench"),
+        lambda p, wrong: slipped_solution(p, seed=seed) if wrong else reference_solution(p),
+        n,
+    )

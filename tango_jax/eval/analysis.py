@@ -170,6 +170,11 @@ def plot_curves(
 CLAIM_METRICS = (
     ("eval/generator/sampled_accuracy", "generator accuracy, sampled at the training T"),
     ("eval/generator/accuracy", "generator accuracy, greedy"),
+    # per length bucket (last-letter task: the RL range, and lengths never trained on)
+    ("eval/generator/sampled_accuracy/in", "generator accuracy, sampled, trained lengths"),
+    ("eval/generator/sampled_accuracy/unseen", "generator accuracy, sampled, unseen lengths"),
+    ("eval/generator/accuracy/in", "generator accuracy, greedy, trained lengths"),
+    ("eval/generator/accuracy/unseen", "generator accuracy, greedy, unseen lengths"),
     ("eval/verifier/step_f1", "verifier step F1 (first INCORRECT step vs first error)"),
     ("eval/verifier/step_acc_erroneous", "verifier: exact first-error step found"),
     ("eval/verifier/step_acc_correct", "verifier: correct solutions passed"),

@@ -4,7 +4,7 @@ those solutions against the rule-based truth (TANGO_SPEC §7: zero-shot, greedy,
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -36,12 +36,15 @@ def evaluate(
     sampled_n: int = 1,
     process_items: Sequence[ProcessItem] = (),
     kind: RewardKind = RewardKind.MATH,
+    bucket: Callable[[Problem], str] | None = None,
 ) -> dict[str, float]:
     """Greedy pass@1 of the generator and the verifier's greedy verdicts on those solutions;
     with `sampled_seed`, also `eval/generator/sampled_accuracy`: the mean over `sampled_n`
     samples per problem at the training temperature; with `process_items`, the verifier's
     ProcessBench-style scores on them (`eval/verifier/step_f1` and its two accuracies,
-    `process_bench.py`). `kind`: the outcome reward's check (the run's `data.reward_kind`)."""
+    `process_bench.py`). `kind`: the outcome reward's check (the run's `data.reward_kind`);
+    with `bucket` (problem -> name), both accuracies per bucket too
+    (`eval/generator/accuracy/<name>`, `eval/generator/sampled_accuracy/<name>`)."""
     prompts = generator_prompts(generator, problems, style)
     with timer("eval_generate"):
         outs = generator.generate(prompts, generator.eval_params())
@@ -57,6 +60,8 @@ def evaluate(
         ),
         "eval/generator/num_problems": float(len(problems)),
     } | {f"eval/generator/{k}": v for k, v in reward_metrics.items()}
+    if bucket is not None:
+        metrics |= bucket_accuracy("eval/generator/accuracy", solutions, bucket)
     if verifier is not None:
         with timer("eval_verify"):
             judged = feedback.judge(
@@ -88,7 +93,19 @@ def evaluate(
             sampled = generator.generate(prompts, generator.train_params(sampled_seed, n=sampled_n))
         scored, _ = feedback.score_solutions(scorer, problems, sampled, timeout_s=timeout_s)
         metrics["eval/generator/sampled_accuracy"] = float(np.mean([s.correct for s in scored]))
+        if bucket is not None:
+            metrics |= bucket_accuracy("eval/generator/sampled_accuracy", scored, bucket)
     return metrics
+
+
+def bucket_accuracy(
+    name: str, solutions: Sequence[feedback.Solution], bucket: Callable[[Problem], str]
+) -> dict[str, float]:
+    """{name/<bucket>: mean correctness of the solutions whose problem is in that bucket}."""
+    groups: dict[str, list[bool]] = {}
+    for s in solutions:
+        groups.setdefault(bucket(s.problem), []).append(s.correct)
+    return {f"{name}/{b}": float(np.mean(v)) for b, v in sorted(groups.items())}
 
 
 def generator_prompts(

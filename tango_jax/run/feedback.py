@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tango_jax.data import synthetic, synthetic_labels
+from tango_jax.data import last_letter, step_truth
 from tango_jax.data.datasets import Problem
 from tango_jax.rollout.base import Completion, Prompt
 from tango_jax.run.roles import Role
@@ -73,11 +73,13 @@ def score_solutions(
     completions: Sequence[Sequence[Completion]],
     *,
     timeout_s: float,
-    kind: rewards.RewardKind = rewards.RewardKind.MATH,
+    kind: rewards.RewardKind | None = None,
 ) -> tuple[list[Solution], dict[str, float]]:
     """Rule-based rewards of every completion (math-verify in the scoring pool; `kind` picks
-    an OOD benchmark's answer check, or the run's own function, CUSTOM). Flattened in
-    prompt-major order: solution i*n + j is sample j of problem i."""
+    an OOD benchmark's answer check, the run's own function, CUSTOM; None: the task's own,
+    `task_reward_kind`). Flattened in prompt-major order: solution i*n + j is sample j of
+    problem i."""
+    kind = task_reward_kind(problems) if kind is None else kind
     flat = [(p, c) for p, cs in zip(problems, completions) for c in cs]
     scored = scorer.score(
         [c.text for _, c in flat],
@@ -97,6 +99,14 @@ def score_solutions(
         for (p, c), r in zip(flat, scored.scores)
     ]
     return solutions, scored.metrics("reward")
+
+
+def task_reward_kind(problems: Sequence[Problem]) -> rewards.RewardKind:
+    """The answer check of the problems' task: exact string equality for last letters (a
+    symbolic checker would accept a permutation), Math-Verify for everything else."""
+    if problems and all(p.source == last_letter.SOURCE for p in problems):
+        return rewards.RewardKind.EXACT
+    return rewards.RewardKind.MATH
 
 
 def verifier_prompts(
@@ -218,18 +228,15 @@ def verdict_metrics(labels: Sequence[bool], verdicts: Sequence[int | None]) -> d
 def process_metrics(
     solutions: Sequence[Solution], judged: Sequence[Sequence[Judgment]]
 ) -> dict[str, float]:
-    """Step-level truth of the rollouts, where it is known (the synthetic task): ProcessBench
+    """Step-level truth of the rollouts, where it is known (the synthetic tasks): ProcessBench
     scores (`process/step_f1`, ...) of the verifier's sampled judgments of these solutions,
-    against each solution's first wrong step (`synthetic_labels.first_error`). Empty for other data
+    against each solution's first wrong step (`step_truth.first_error`). Empty for other data
     sources. A training-time diagnostic: no reward uses it."""
     labels, predictions = [], []
     for sol, row in zip(solutions, judged):
-        if sol.problem.source != synthetic.SOURCE:
+        label = step_truth.first_error(sol.problem, [st.text for st in sol.steps])
+        if label is None:
             return {}
-        problem = synthetic_labels.parse_question(sol.problem.question)
-        if problem is None:
-            return {}
-        label = synthetic_labels.first_error(problem, [st.text for st in sol.steps])
         for j in row:
             labels.append(label)
             predictions.append(predicted_error_step(j.verification.step_judgments, len(sol.steps)))

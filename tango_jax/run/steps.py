@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import jax.numpy as jnp
 import numpy as np
 
-from tango_jax.config.run import RunConfig
+from tango_jax.config.run import RunConfig, StepSource
 from tango_jax.data.datasets import Problem
 from tango_jax.metrics.rollouts import RolloutLog
 from tango_jax.metrics.writer import PhaseTimer
@@ -36,7 +36,7 @@ from tango_jax.rl.advantages import outcome_advantages
 from tango_jax.rl.batch import TrainBatch, make_batch
 from tango_jax.rollout.base import Prompt
 from tango_jax.rollout.drift import logprob_drift
-from tango_jax.run import feedback, rollout_rows
+from tango_jax.run import feedback, oracle_feedback, rollout_rows
 from tango_jax.run.feedback import Rollouts
 from tango_jax.run.roles import Role
 from tango_jax.tango.class_balance import ClassBalanceState, class_weights, update_class_balance
@@ -152,8 +152,10 @@ def _judge(
 
 
 def _uses_feedback(ctx: StepContext, warmup: bool) -> bool:
-    """Whether a G step asks the verifier for feedback (TANGO_SPEC §1.3)."""
+    """Whether a G step gets step feedback: the verifier's (TANGO_SPEC §1.3) or the oracle's."""
     alg = ctx.cfg.algorithm
+    if alg.step_source is StepSource.ORACLE:
+        return alg.step_rewards and not warmup
     return (
         ctx.verifier is not None
         and not warmup
@@ -173,7 +175,15 @@ def collect(
         prompts, solutions, reward_metrics = _sample_and_score(
             ctx, problems, n, Purpose.GENERATOR_ROLLOUTS, **at
         )
-        if _uses_feedback(ctx, phase.warmup):
+        if _uses_feedback(ctx, phase.warmup) and ctx.cfg.algorithm.step_source is StepSource.ORACLE:
+            with timer("verify"):  # the oracle's judgments take the verifier's place
+                judged = oracle_feedback.oracle_judged(
+                    solutions,
+                    flip_prob=ctx.cfg.algorithm.oracle_flip_prob,
+                    seed=ctx.cfg.seed,
+                    step=global_step,
+                )
+        elif _uses_feedback(ctx, phase.warmup):
             nv = ctx.cfg.algorithm.verifications_per_response
             ver_prompts, judged = _judge(ctx, solutions, nv, Purpose.FEEDBACK, **at)
     else:
@@ -265,7 +275,7 @@ def generator_step(
     completions = [s.completion for s in solutions]
     metrics = {f"generator/{k}": v for k, v in rollouts.reward_metrics.items()}
     metrics["generator/policy_lag"] = _lag(gen, completions)
-    if judged is not None:
+    if judged is not None and ver is not None:  # verifier feedback (not the oracle's)
         nv = alg.verifications_per_response
         verdicts = [row[0].verification.verdict for row in judged]
         feedback_completions = [j.completion for row in judged for j in row]
@@ -281,6 +291,7 @@ def generator_step(
             f"generator/feedback/{k}": v
             for k, v in feedback.verdict_metrics([s.correct for s in solutions], verdicts).items()
         }
+    if judged is not None:
         metrics |= {
             f"generator/feedback/{k}": v
             for k, v in feedback.process_metrics(solutions, judged).items()

@@ -44,6 +44,7 @@ class RewardKind(enum.Enum):
     BOXED = "boxed"  # normalised boxed-answer equality: BGQA, StrategyQA, TableBench
     CRUXEVAL = "cruxeval"  # Python-literal equality of the boxed answer: CRUXEval
     CUSTOM = "custom"  # the run's own function, config `data.reward` (text/reward_function.py)
+    EXACT = "exact"  # the last boxed answer, stripped, equals the gold string: last letters
 
 
 # --------------------------------------------------------------------------------------------
@@ -269,10 +270,19 @@ def _cruxeval_score(response: str, gold: str) -> float:
     return float(bool(_literal(answer) == _literal(gold)))
 
 
+def _exact_score(response: str, gold: str) -> float:
+    """1 when the response's last boxed answer, stripped, is the gold string itself (no boxed
+    answer scores 0): for answers that a symbolic checker would misread, such as a string of
+    letters (Math-Verify reads "zpr" as a product and accepts "rpz")."""
+    answer = formats.last_boxed(response)
+    return float(answer is not None and answer.strip() == gold.strip())
+
+
 _SCORE_FNS: dict[RewardKind, Callable[[str, str], float]] = {
     RewardKind.MATH: _math_score,
     RewardKind.BOXED: _boxed_score,
     RewardKind.CRUXEVAL: _cruxeval_score,
+    RewardKind.EXACT: _exact_score,
 }
 
 # --------------------------------------------------------------------------------------------

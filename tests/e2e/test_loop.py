@@ -25,7 +25,7 @@ from short_runs import weights as _weights
 from tango_jax.checkpoint.divergence import DivergenceError
 from tango_jax.checkpoint.guards import NonFiniteError
 from tango_jax.checkpoint.run import RunCheckpointer
-from tango_jax.config.run import DataSource
+from tango_jax.data.prompts import DataSource
 from tango_jax.metrics.writer import read_metrics
 from tango_jax.parallel.mesh import make_mesh
 from tango_jax.run.loop import TangoLoop

@@ -1,0 +1,137 @@
+"""Tiny Tango on last-letter concatenation (paper §4.3, App. D.2), end to end on a 2-core CPU.
+
+    python -m tango_jax.train --config configs/tiny_letters.py                  # Tango
+    python -m tango_jax.train --config configs/tiny_letters.py:grpo             # outcome only
+    python -m tango_jax.train --config configs/tiny_letters.py:oracle           # true step labels
+    python -m tango_jax.train --config configs/tiny_letters.py:noisy_oracle,q=0.2
+    python -m tango_jax.train --config configs/tiny_letters.py:oracle,alpha0=0.5
+    python -m tango_jax.train --config configs/tiny_letters.py:fixed_verifier
+    python -m tango_jax.train --config configs/tiny_letters.py:tango,scratch    # SFT in the run
+
+The config string is VARIANT[,OPTION...]; OPTION is `scratch` (random init and the SFT inside
+the run instead of the shipped SFT checkpoints), `q=Q` (noisy_oracle's flip probability,
+default 0.2) or `alpha0=A` (the α schedule's start, default the paper's 0.1 for GRPO).
+
+The task (tango_jax/data/last_letter.py): words of 2-4 random letters; RL on 2-6 words, held-out
+evaluation on 2-6 words (in-distribution) and 7-8 words (unseen lengths), each bucket reported
+apart; the format SFT of both models on 2-3 words. The paper's lengths (RL 2-10, test 2-12,
+SFT 2-4) scaled by about 0.6 for a 2-layer model on a CPU.
+
+Arms (every arm starts from the same SFT checkpoints, samples the same prompt stream and is
+evaluated on the same held-out samples per seed, so differences are paired):
+  * tango: the verifier's step judgments; 10 verifier warm-up steps, then [G, G, G, V];
+  * grpo: outcome reward only, no verifier;
+  * fixed_verifier: the SFT verifier's step judgments, the verifier never updated;
+  * oracle: the task's step truth (+1 before the first wrong step, -1 from it on) through the
+    same step-advantage path (tango/oracle_feedback.py), no verifier;
+  * noisy_oracle: the oracle's labels, each flipped with probability q.
+Every arm has the same number of generator steps (`GENERATOR_STEPS`) and the same α schedule.
+
+SFT checkpoints: tango_jax/assets/tiny_letters_sft/, made by
+`python scripts/assets/make_letters_sft.py` (a generator SFT and a verifier SFT from random
+init). Results over seeds: scripts/study/study.py --task last_letter, docs/last_letter.md.
+"""
+
+from pathlib import Path
+
+import tango_jax
+from tango_jax.config.run import base_config
+
+VARIANTS = ("tango", "grpo", "fixed_verifier", "oracle", "noisy_oracle")
+SFT_ASSETS = Path(tango_jax.__file__).resolve().parent / "assets" / "tiny_letters_sft"
+GENERATOR_STEPS = 36  # generator updates of every arm
+VERIFIER_WARMUP = 10  # tango only: verifier steps before the first generator step
+
+
+def _options(arg: str) -> tuple[str, bool, float, float]:
+    """(variant, scratch, q, alpha0) from 'VARIANT[,scratch][,q=Q][,alpha0=A]'."""
+    variant, *options = arg.split(",")
+    if variant not in VARIANTS:
+        raise ValueError(
+            f"unknown variant {variant!r} in config string {arg!r}; choose one of {VARIANTS}."
+        )
+    scratch, q, alpha0 = False, 0.2, 0.1
+    for option in options:
+        key, eq, value = option.partition("=")
+        if option == "scratch":
+            scratch = True
+        elif eq and key == "q" and variant == "noisy_oracle":
+            q = float(value)
+        elif eq and key == "alpha0":
+            alpha0 = float(value)
+        else:
+            raise ValueError(
+                f"unknown option {option!r} in config string {arg!r}: write scratch, alpha0=A, "
+                "or q=Q (noisy_oracle only)."
+            )
+    return variant, scratch, q, alpha0
+
+
+def get_config(arg: str = "tango"):
+    variant, scratch, q, alpha0 = _options(arg)
+    c = base_config()
+    suffix = "" if variant == "tango" else f"_{variant}"
+    suffix += f"_q{q:g}" if variant == "noisy_oracle" else ""
+    suffix += f"_a{alpha0:g}" if alpha0 != 0.1 else ""
+    c.name = f"tiny_letters{suffix}"
+    c.run_dir = f"runs/tiny_letters{suffix}"
+    c.scorer_workers = 1  # exact string match: nothing to parallelise
+    c.data.source = "last_letter"
+    c.data.prompt_style = "compact"
+    c.data.prompts_per_step = 32
+    # 350 held-out problems x 4 samples: 1400 sampled answers per evaluation, ~1000 of them on
+    # the trained lengths (standard error of an accuracy near 0.3: ~0.015)
+    c.data.eval_size = 350
+    c.eval.sampled = True
+    c.eval.sampled_n = 4
+    c.eval.every_generator_steps = 12  # 4 evaluations: steps 0, 12, 24, 36
+    c.eval.process_bench_size = 128
+    c.checkpoint.every_steps = 20
+    c.checkpoint.keep = 2
+    # ~14 + k tokens for step k: 6 words ~125 tokens of solution, 8 words ~170
+    for name, seed, max_tokens, max_prompt_len in (
+        ("generator", 1, 192, 128),
+        ("verifier", 2, 224, 384),
+    ):
+        role = c[name]
+        if scratch:
+            role.model.preset = "tiny-qwen2"
+            role.model.init_seed = seed
+        else:
+            role.model.preset = ""
+            role.model.path = str(SFT_ASSETS / name)
+        role.dtype = "float32"
+        role.remat = False
+        role.rollout.n = 4
+        role.rollout.max_tokens = max_tokens
+        role.max_prompt_len = max_prompt_len
+        role.response_bucket = max_tokens
+        role.sampler.prompt_bucket = 32
+        role.trainer.optimizer.learning_rate = 1e-4
+        role.trainer.micro_batch_size = 8
+    c.schedule.total_steps = VERIFIER_WARMUP + GENERATOR_STEPS * 4 // 3  # [G, G, G, V] cycles
+    c.schedule.verifier_warmup_steps = VERIFIER_WARMUP
+    c.algorithm.alpha.alpha0 = alpha0
+    c.algorithm.verifier_consistent_verdict = True  # what worked on arithmetic (docs/miniature.md)
+    c.algorithm.class_reweight = "inverse"
+    for stage, steps in ((c.sft.generator, 500), (c.sft.verifier, 1000)):
+        stage.enable = scratch
+        stage.steps = steps
+        stage.batch_size = 32
+        stage.trainer.optimizer.learning_rate = 3e-3
+        stage.trainer.micro_batch_size = 8
+        stage.num_examples = steps * 32
+    c.sft.verifier.start_from_generator = scratch
+    if variant != "tango":  # the same generator steps, no verifier updates
+        c.verifier.trainable = False
+        c.schedule.total_steps = GENERATOR_STEPS
+        c.schedule.verifier_warmup_steps = 0
+    if variant in ("grpo", "oracle", "noisy_oracle"):
+        c.verifier.enable = False
+        c.sft.verifier.enable = False
+    if variant == "grpo":
+        c.algorithm.step_rewards = False
+    if variant in ("oracle", "noisy_oracle"):
+        c.algorithm.step_source = "oracle"
+        c.algorithm.oracle_flip_prob = q if variant == "noisy_oracle" else 0.0
+    return c

@@ -1,0 +1,111 @@
+"""Reproduces the SFT checkpoints that configs/tiny_letters.py starts RL from.
+
+    python scripts/assets/make_letters_sft.py   # seed 0, into tango_jax/assets/tiny_letters_sft/
+    python scripts/assets/make_letters_sft.py --seed 1 --out runs/letters_sft_s1/out
+
+Two runs of the train command, SFT only (`schedule.total_steps=0`), from random init:
+
+1. the generator's format SFT (`configs/tiny_letters.py:grpo,scratch`: 500 steps x 32 on 2-3
+   words, cosine lr 3e-3, a fifth of the solutions with one wrong letter);
+2. the verifier's format SFT from that generator (`tango,scratch` with the generator's SFT
+   off and the phase-1 generator as its start; `--verifier-steps` steps x 32, lr 3e-3,
+   outcome labels only, half of the examples one-word problems; last_letter_labels.py).
+
+Each phase is skipped when its checkpoint exists. The two checkpoints are copied to --out with
+`recipe.json`: the commands, the commit, the date, and each phase's step-0 held-out evaluation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from make_tiny_sft import run_phases
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = str(ROOT / "configs" / "tiny_letters.py")
+DEFAULT_OUT = ROOT / "tango_jax" / "assets" / "tiny_letters_sft"
+
+
+def phase_commands(work: Path, seed: int, verifier_steps: int, extra: list[str]) -> list[list[str]]:
+    train = [sys.executable, "-m", "tango_jax.train", "--config"]
+    common = [f"--config.seed={seed}", "--config.schedule.total_steps=0"]
+    overrides = [f"--config.{o}" for o in extra]
+    generator = work / "phase1" / "sft" / "generator"
+    return [
+        [
+            *train,
+            f"{CONFIG}:grpo,scratch",
+            f"--config.run_dir={work / 'phase1'}",
+            *common,
+            *overrides,
+        ],
+        [
+            *train,
+            f"{CONFIG}:tango,scratch",
+            f"--config.run_dir={work / 'phase2'}",
+            *common,
+            f"--config.generator.model.path={generator}",
+            "--config.generator.model.preset=",
+            "--config.sft.generator.enable=False",
+            f"--config.sft.verifier.steps={verifier_steps}",
+            f"--config.sft.verifier.num_examples={verifier_steps * 32}",
+            *overrides,
+        ],
+    ]
+
+
+def step0_eval(run_dir: Path) -> dict[str, float]:
+    """Every eval/ metric of the run's step-0 evaluation (empty when it has none)."""
+    from tango_jax.eval import analysis
+
+    run = analysis.load_runs({"r": run_dir})["r"]
+    out = {}
+    for key in sorted(k for k in run if k.startswith("eval/")):
+        steps, values = analysis.series(run, key)
+        if steps.size and steps[0] == 0:
+            out[key] = float(values[0])
+    return out
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--work", default="runs/tiny_letters_sft")
+    p.add_argument("--out", default=str(DEFAULT_OUT))
+    p.add_argument("--verifier-steps", type=int, default=300)
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
+    args = p.parse_args(argv)
+    work, out = Path(args.work).resolve(), Path(args.out).resolve()
+    commands = phase_commands(work, args.seed, args.verifier_steps, args.set)
+    done = (work / "phase1" / "sft" / "generator", work / "phase2" / "sft" / "verifier")
+    run_phases(commands, [d / "config.json" for d in done])
+    staging = out.with_name(out.name + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    shutil.copytree(done[0], staging / "generator")
+    shutil.copytree(done[1], staging / "verifier")
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    recipe = {
+        "commands": [" ".join(["python", *c[1:]]).replace(f"{ROOT}/", "") for c in commands],
+        "commit": commit,
+        "date": datetime.date.today().isoformat(),
+        "eval_generator": step0_eval(work / "phase1"),
+        "eval_verifier": step0_eval(work / "phase2"),
+    }
+    (staging / "recipe.json").write_text(json.dumps(recipe, indent=1) + "\n")
+    shutil.rmtree(out, ignore_errors=True)
+    staging.rename(out)
+    print(f"wrote {out}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,123 @@
+r"""Labelled data of the last-letter task (`last_letter.py`): SFT sets and the miniature
+ProcessBench.
+
+SFT (App. D.2: a short format SFT of both models on short word lists):
+  * generator: (prompt, solution) on `min_words`..`sft_max_words` words; `slip_fraction` of the
+    solutions carry one wrong letter (the paper's SFT data are not filtered for correctness);
+  * verifier: (verifier prompt, transcript) labelled by the outcome only. The verdict is the
+    label; each step's analysis recomputes the word's last letter ("kaz ends in z"); the K step
+    judgments of a K > 1 solution carry no loss (their text is the outcome label, with one
+    INCORRECT at a random step of a wrong solution, but nothing is taught about them). A share
+    `one_word` of the examples are one-word problems, whose single step judgment is the outcome
+    and so is labelled: the check of one step, what a pretrained verifier brings
+    (docs/miniature.md found the same design best on arithmetic). No step label of a K > 1
+    solution is used anywhere.
+
+ProcessBench: `process_bench` gives held-out solutions with a known first wrong step, half
+right, half with one wrong letter, in the RL range of word counts.
+"""
+
+from __future__ import annotations
+
+from tango_jax.data.last_letter import (
+    LetterConfig,
+    LetterSolution,
+    problem_at,
+    reference_solution,
+    slipped_solution,
+)
+from tango_jax.data.synthetic import Draws
+from tango_jax.data.synthetic_labels import (
+    SFTExample,
+    alternating_bench,
+    as_process_items,
+    step_judgment_spans,
+)
+from tango_jax.text import formats, templates
+from tango_jax.text.process_bench import ProcessItem
+
+
+def verification_transcript(solution: LetterSolution, *, seed: int) -> str:
+    """The verifier SFT target for `solution` from its outcome label: all CORRECT for a right
+    solution; for a wrong one, one INCORRECT at a step drawn at random (seeded by (seed,
+    question)), independent of where the error is. Each analysis recomputes the last letter."""
+    words = solution.problem.words
+    if solution.correct:
+        judgments = [1] * len(words)
+    else:
+        wrong = Draws("letter-verifier-location", seed, solution.problem.question).below(len(words))
+        judgments = [-1 if i == wrong else 1 for i in range(len(words))]
+    analyses = [f"Step {i + 1} Analysis: {w} ends in {w[-1]}." for i, w in enumerate(words)]
+    label = formats.CORRECT if solution.correct else formats.INCORRECT
+    return formats.render_verification(judgments, label, analyses)
+
+
+def _solution(config: LetterConfig, problem, correct: bool, seed: int) -> LetterSolution:
+    if correct:
+        return reference_solution(problem)
+    return slipped_solution(problem, seed=seed, alphabet=config.alphabet)
+
+
+def generator_sft_examples(
+    config: LetterConfig,
+    n: int,
+    *,
+    seed: int,
+    style: templates.Templates = templates.PromptStyle.FULL,
+) -> list[SFTExample]:
+    """`n` (generator prompt, solution) pairs of the training split on
+    min_words..sft_max_words words; `slip_fraction` of them with one wrong letter."""
+    span = (config.min_words, config.sft_max_words)
+    out = []
+    for i in range(n):
+        problem = problem_at(config, i, seed=seed, purpose="sft-generator", words=span)
+        slip = Draws("letter-sft-generator-slip", seed, i).chance(config.slip_fraction)
+        solution = _solution(config, problem, not slip, seed)
+        prompt = templates.render_generator_prompt(problem.question, style=style)
+        out.append(SFTExample(prompt, solution.text, solution.correct, problem.id))
+    return out
+
+
+def verifier_sft_examples(
+    config: LetterConfig,
+    n: int,
+    *,
+    seed: int,
+    style: templates.Templates = templates.PromptStyle.FULL,
+    one_word: float = 0.5,
+) -> list[SFTExample]:
+    """`n` (verifier prompt, outcome-only transcript) pairs of the training split (see the
+    module doc); `verifier_correct_fraction` of the verified solutions are right."""
+    if not 0.0 <= one_word <= 1.0:
+        raise ValueError(f"one_word ({one_word}) must be in [0, 1].")
+    out = []
+    for i in range(n):
+        single = Draws("letter-sft-verifier-kind", seed, i).chance(one_word)
+        span = (1, 1) if single else (config.min_words, config.sft_max_words)
+        purpose = "sft-verifier-one-word" if single else "sft-verifier"
+        problem = problem_at(config, i, seed=seed, purpose=purpose, words=span)
+        correct = Draws("letter-sft-verifier-slip", seed, i).chance(
+            config.verifier_correct_fraction
+        )
+        solution = _solution(config, problem, correct, seed)
+        prompt = templates.render_verifier_prompt(problem.question, solution.text, style=style)
+        transcript = verification_transcript(solution, seed=seed)
+        no_loss = step_judgment_spans(transcript) if len(problem.words) > 1 else ()
+        out.append(SFTExample(prompt, transcript, correct, problem.id, no_loss))
+    return out
+
+
+def process_bench(config: LetterConfig, n: int, *, seed: int = 0) -> list[LetterSolution]:
+    """`n` held-out solutions with a known first wrong step in the RL range of word counts:
+    alternately the reference solution (label -1) and one with a wrong letter at a random
+    step (label = that step), on the first distinct problems of stream ("process-bench", seed)."""
+    return alternating_bench(
+        lambda i: problem_at(config, i, seed=seed, held_out=True, purpose="process-bench"),
+        lambda p, wrong: _solution(config, p, not wrong, seed),
+        n,
+    )
+
+
+def process_items(config: LetterConfig, n: int, *, seed: int = 0) -> list[ProcessItem]:
+    """`process_bench` as the evaluation's ProcessBench items."""
+    return as_process_items(process_bench(config, n, seed=seed))

@@ -1,0 +1,92 @@
+"""The paired-study statistics against hand-worked values and SciPy's own tests."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from tango_jax.eval import paired_study as ps
+
+
+def test_area_under_curve_by_hand():
+    # trapezoids: (0.2+0.4)/2*6 + (0.4+0.4)/2*6 = 1.8 + 2.4 = 4.2 over x-range 12
+    assert ps.area_under_curve([[0, 0.2], [6, 0.4], [12, 0.4]]) == pytest.approx(0.35)
+    assert ps.area_under_curve([[0, 0.3]]) == 0.3
+    with pytest.raises(ValueError, match="increase"):
+        ps.area_under_curve([[0, 0.1], [0, 0.2]])
+    with pytest.raises(ValueError, match="non-empty"):
+        ps.area_under_curve([])
+
+
+def test_steps_to_reach_by_hand():
+    curve = [[0, 0.2], [6, 0.4], [12, 0.5]]
+    assert ps.steps_to_reach(curve, 0.3) == pytest.approx(3.0)
+    assert ps.steps_to_reach(curve, 0.2) == 0.0
+    assert ps.steps_to_reach(curve, 0.5) == pytest.approx(12.0)
+    assert np.isnan(ps.steps_to_reach(curve, 0.6))
+
+
+def test_paired_matches_scipy():
+    rng = np.random.default_rng(0)
+    a = {s: float(v) for s, v in enumerate(rng.normal(0.5, 0.1, 7), 1)}
+    b = {s: float(v) for s, v in enumerate(rng.normal(0.45, 0.1, 7), 1)}
+    b[99] = 1.0  # unpaired: ignored
+    c = ps.paired("a - b", a, b)
+    d = np.array([a[s] - b[s] for s in range(1, 8)])
+    ref = stats.ttest_rel([a[s] for s in range(1, 8)], [b[s] for s in range(1, 8)])
+    assert c.n == 7 and c.mean == pytest.approx(d.mean())
+    assert c.p == pytest.approx(ref.pvalue)
+    lo, hi = stats.t.interval(0.95, 6, loc=d.mean(), scale=stats.sem(d))
+    assert c.half == pytest.approx((hi - lo) / 2)
+    assert np.isnan(ps.paired("x", {1: 0.1}, {1: 0.2}).half)
+
+
+def test_holm_by_hand():
+    cs = [ps.Contrast(n, (), 0.0, 0.0, p) for n, p in (("a", 0.01), ("b", 0.04), ("c", 0.03))]
+    cs.append(ps.Contrast("d", (), 0.0, float("nan"), float("nan")))
+    out = ps.holm(cs)
+    # sorted p 0.01, 0.03, 0.04 -> 3*0.01, 2*0.03, max(0.06, 1*0.04)
+    assert [c.p_holm for c in out[:3]] == pytest.approx([0.03, 0.06, 0.06])
+    assert np.isnan(out[3].p_holm)
+
+
+def _study_letters():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    scripts = Path(__file__).resolve().parent.parent / "scripts"
+    sys.path.insert(0, str(scripts))  # study_letters imports study
+    try:
+        spec = importlib.util.spec_from_file_location("study_letters", scripts / "study_letters.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(scripts))
+    return module
+
+
+def test_the_letters_table_and_gate_from_curves():
+    sl = _study_letters()
+    curve = lambda ys: [[12 * i, y, 12 * i] for i, y in enumerate(ys)]
+    results = {"grpo": {}, "oracle": {}}
+    for s in range(1, 6):
+        results["grpo"][str(s)] = {sl.PRIMARY: curve([0.3, 0.32, 0.34, 0.36])}
+        results["oracle"][str(s)] = {sl.PRIMARY: curve([0.3, 0.35 + s / 100, 0.4, 0.42])}
+    text, primary = sl.table(results, ["grpo", "oracle"], list(range(1, 6)))
+    (c,) = primary
+    # AUC difference per seed: trapezoids of (0, 0.03 + s/100, 0.06, 0.06) over 36 -> by hand
+    want = [
+        (0 + (0.03 + s / 100)) / 2 * 12 + ((0.03 + s / 100) + 0.06) / 2 * 12 + 0.06 * 12
+        for s in range(1, 6)
+    ]
+    assert c.name == "oracle - grpo, AUC" and c.diffs == pytest.approx([w / 36 for w in want])
+    assert "| oracle | 5 |" in text
+    assert "the gate holds" in sl.gate(results, list(range(1, 6)), primary)
+    # GRPO's final accuracy 0.36 is reached by the oracle between updates 0 and 12
+    r = sl.per_run(results, "oracle", 1)
+    assert r["to_grpo_final"] == pytest.approx(12 * 0.06 / 0.06)
+    assert "open (only 2 seeds)" in sl.gate(
+        results, [1, 2], sl.table(results, ["grpo", "oracle"], [1, 2])[1]
+    )
