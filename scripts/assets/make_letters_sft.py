@@ -27,7 +27,7 @@ from pathlib import Path
 
 from make_tiny_sft import run_phases
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = str(ROOT / "configs" / "tiny_letters.py")
 DEFAULT_OUT = ROOT / "tango_jax" / "assets" / "tiny_letters_sft"
 

@@ -36,7 +36,7 @@ import study
 from tango_jax.eval import analysis
 from tango_jax.eval import paired_study as ps
 
-CONFIG = str(Path(__file__).resolve().parent.parent / "configs" / "tiny_letters.py")
+CONFIG = str(Path(__file__).resolve().parents[2] / "configs" / "tiny_letters.py")
 ARMS = ("grpo", "oracle", "tango", "fixed_verifier")
 PRIMARY = "eval/generator/sampled_accuracy/in"
 METRICS = {

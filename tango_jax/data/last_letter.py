@@ -20,7 +20,7 @@ first wrong step of any solution (`first_error`), the miniature ProcessBench
 Alphabet. The default 14 letters are the largest set in which the project's 512-token
 tokenizer (tango_jax/assets/tiny_tokenizer) merges no two letters, so every letter after a
 word's first is its own token and a word's last letter is never hidden inside a merged token
-(tests/test_last_letter.py checks this on the real tokenizer).
+(tests/data/test_last_letter.py checks this on the real tokenizer).
 
 Lengths. The paper trains with 2-10 words and tests on 2-12. `LetterConfig` scales this for a
 2-layer model on a CPU: the word counts of RL (`min_words`..`max_words`) form the

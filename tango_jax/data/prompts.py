@@ -53,9 +53,10 @@ class DataSource(enum.Enum):
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
-    # synthetic (generated arithmetic; no files) | jsonl (your own JSONL / JSON / parquet file)
-    # | eurus2. Never inferred: a train_path, eval_path or field name set while the source is
-    # synthetic is an error naming --config.data.source=jsonl (docs/data.md).
+    # synthetic (generated arithmetic; no files) | last_letter (generated last-letter lists,
+    # docs/last_letter.md) | jsonl (your own JSONL / JSON / parquet file) | eurus2. Never
+    # inferred: a train_path, eval_path or field name set while the source is a generated one
+    # is an error naming --config.data.source=jsonl (docs/data.md).
     source: DataSource = DataSource.SYNTHETIC
     train_path: str = ""  # jsonl / eurus2: local file or glob (no hub downloads at run time)
     eval_path: str = ""  # jsonl / eurus2: the held-out file (synthetic: generated)

@@ -10,7 +10,7 @@ import pytest
 
 from tango_jax.config.run import StepSource, load_run_config, sibling_config
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def _cfg(arg: str):

@@ -56,7 +56,7 @@ def _study_letters():
     import sys
     from pathlib import Path
 
-    scripts = Path(__file__).resolve().parent.parent / "scripts"
+    scripts = Path(__file__).resolve().parents[2] / "scripts" / "study"
     sys.path.insert(0, str(scripts))  # study_letters imports study
     try:
         spec = importlib.util.spec_from_file_location("study_letters", scripts / "study_letters.py")

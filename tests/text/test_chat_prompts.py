@@ -94,7 +94,7 @@ def test_overlong_filter_counts_the_template(smol_tokenizer):
     )
     assert plain_len < chat_len
     assert drop_overlong(problems, "train", smol_tokenizer, plain_len, style) == problems
-    with pytest.raises(ValueError, match="every train problem's prompt exceeds"):
+    with pytest.raises(ValueError, match="every train problem's prompt is longer"):
         drop_overlong(problems, "train", smol_tokenizer, plain_len, style, chat_template=True)
     kept = drop_overlong(problems, "train", smol_tokenizer, chat_len, style, chat_template=True)
     assert kept == problems
