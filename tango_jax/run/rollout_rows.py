@@ -45,9 +45,11 @@ def phase_name(rollouts: Rollouts) -> str:
 
 
 def _judgment(sol: Solution, j: Judgment) -> dict[str, Any]:
+    """One verification of a solution; the oracle's (algorithm.step_source=oracle) has no
+    completion, as no model wrote it: its text is None."""
     v = j.verification
     return {
-        "text": j.completion.text,
+        "text": None if j.completion is None else j.completion.text,
         "step_judgments": list(v.step_judgments),
         "verdict": v.verdict,
         "format_score": j.format_score,
