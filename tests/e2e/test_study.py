@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
 
 
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "study" / f"{name}.py")
+def _script(name: str, folder: str = "study"):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / folder / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
@@ -60,7 +60,7 @@ def test_the_shipped_checkpoints_load_and_say_how_they_were_made():
     recipe = json.loads((assets / "recipe.json").read_text())
     # the verifier's phases 2 and 3 are the script's PHASE_2 and PHASE_3, each started from
     # the previous phase's verifier
-    script = _script("make_tiny_sft")
+    script = _script("make_tiny_sft", "assets")
     for k, fields in ((2, script.PHASE_2), (3, script.PHASE_3)):
         command = recipe["commands"][k - 1]
         for field in fields:
