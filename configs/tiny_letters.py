@@ -6,6 +6,7 @@
     python -m tango_jax.train --config configs/tiny_letters.py:noisy_oracle,q=0.2
     python -m tango_jax.train --config configs/tiny_letters.py:oracle,alpha0=0.5
     python -m tango_jax.train --config configs/tiny_letters.py:fixed_verifier
+    python -m tango_jax.train --config configs/tiny_letters.py:fixed_generator
     python -m tango_jax.train --config configs/tiny_letters.py:tango,scratch    # SFT in the run
 
 The config string is VARIANT[,OPTION...]; OPTION is `scratch` (random init and the SFT inside
@@ -24,8 +25,11 @@ evaluated on the same held-out samples per seed, so differences are paired):
   * fixed_verifier: the SFT verifier's step judgments, the verifier never updated;
   * oracle: the task's step truth (+1 before the first wrong step, -1 from it on) through the
     same step-advantage path (tango/oracle_feedback.py), no verifier;
-  * noisy_oracle: the oracle's labels, each flipped with probability q.
-Every arm has the same number of generator steps (`GENERATOR_STEPS`) and the same α schedule.
+  * noisy_oracle: the oracle's labels, each flipped with probability q;
+  * fixed_generator: the verifier's RL on the frozen SFT generator, as many verifier updates as
+    tango makes (its step-F1 curve; paper Fig. 4).
+Every arm that trains the generator has the same number of generator steps (`GENERATOR_STEPS`)
+and the same α schedule.
 
 SFT checkpoints: tango_jax/assets/tiny_letters_sft/, made by
 `python scripts/assets/make_letters_sft.py` (a generator SFT and a verifier SFT from random
@@ -37,7 +41,7 @@ from pathlib import Path
 import tango_jax
 from tango_jax.config.run import base_config
 
-VARIANTS = ("tango", "grpo", "fixed_verifier", "oracle", "noisy_oracle")
+VARIANTS = ("tango", "grpo", "fixed_verifier", "oracle", "noisy_oracle", "fixed_generator")
 SFT_ASSETS = Path(tango_jax.__file__).resolve().parent / "assets" / "tiny_letters_sft"
 GENERATOR_STEPS = 36  # generator updates of every arm
 VERIFIER_WARMUP = 10  # tango only: verifier steps before the first generator step
@@ -122,6 +126,12 @@ def get_config(arg: str = "tango"):
         stage.trainer.micro_batch_size = 8
         stage.num_examples = steps * 32
     c.sft.verifier.start_from_generator = scratch
+    if variant == "fixed_generator":  # tango's verifier updates, the generator never updated
+        c.generator.trainable = False
+        c.schedule.total_steps = VERIFIER_WARMUP + GENERATOR_STEPS // 3
+        c.eval.every_verifier_steps = 4
+        c.eval.sampled = False  # the generator does not change: its step-0 numbers stand
+        return c
     if variant != "tango":  # the same generator steps, no verifier updates
         c.verifier.trainable = False
         c.schedule.total_steps = GENERATOR_STEPS

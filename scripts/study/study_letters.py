@@ -45,12 +45,20 @@ METRICS = {
     "eval/generator/accuracy/in": "greedy accuracy, trained lengths",
     "eval/verifier/step_f1": "verifier step F1 (ProcessBench-style)",
 }
+F1 = "eval/verifier/step_f1"
 EXTRA = ("eval/generator/accuracy/unseen", "eval/generator/sampled_accuracy")
 CONTRASTS = (("oracle", "grpo"), ("tango", "grpo"), ("tango", "fixed_verifier"))
 
 
+def verifier_updates(run: analysis.Run) -> dict[int, int]:
+    """global step -> verifier updates done by then (warm-up included)."""
+    steps, _ = analysis.series(run, "verifier/reward/mean")  # logged by every verifier step
+    return {int(s): int(np.sum(steps <= s)) for s in run["step"]}
+
+
 def collect(root: Path, arms, seeds) -> dict:
-    """{arm: {seed: {metric: [[generator updates, value, global step], ...]}}}."""
+    """{arm: {seed: {metric: [[generator updates, value, global step, verifier updates],
+    ...]}}}."""
     out: dict = {}
     for arm in arms:
         for seed in seeds:
@@ -58,13 +66,14 @@ def collect(root: Path, arms, seeds) -> dict:
             if not (path / "metrics.jsonl").exists():
                 continue
             run = analysis.load_runs({"r": path})["r"]
-            updates = study.generator_updates(run)
+            updates, v_updates = study.generator_updates(run), verifier_updates(run)
             curves = {}
             for metric in (*METRICS, *EXTRA):
                 steps, values = analysis.series(run, metric)
                 if values.size:
                     curves[metric] = [
-                        [updates[int(s)], float(v), int(s)] for s, v in zip(steps, values)
+                        [updates[int(s)], float(v), int(s), v_updates[int(s)]]
+                        for s, v in zip(steps, values)
                     ]
             out.setdefault(arm, {})[str(seed)] = curves
     return out
@@ -93,6 +102,37 @@ def per_run(results: dict, arm: str, seed: int) -> dict[str, float] | None:
         out["to_grpo_final"] = ps.steps_to_reach(xy, target)
         out["to_grpo_final_global"] = ps.steps_to_reach([[p[2], p[1]] for p in c], target)
     return out
+
+
+def verifier_rows(results: dict, arms, seeds) -> list[str]:
+    """The verifier's step F1 per arm that has one: after SFT, its peak and its last value, and
+    where the peak was (verifier updates): the paper's fixed-generator plateau."""
+    rows = []
+    for arm in arms:
+        curves = [results.get(arm, {}).get(str(s), {}).get(F1) for s in seeds]
+        curves = [c for c in curves if c and len(c) >= 2]
+        if not curves:
+            continue
+        start, peak, final, at = (
+            [c[0][1] for c in curves],
+            [max(p[1] for p in c) for c in curves],
+            [c[-1][1] for c in curves],
+            [max(c, key=lambda p: p[1])[3] for c in curves],
+        )
+        rows.append(
+            f"| {arm} | {len(curves)} | {_cell(start)} | {_cell(peak)} | {_cell(at)} | "
+            f"{_cell(final)} | {curves[0][-1][3]} |"
+        )
+    if not rows:
+        return []
+    return [
+        "",
+        "Verifier step F1 (held-out ProcessBench-style items):",
+        "",
+        "| arm | n | after SFT | peak | peak at (verifier updates) | final | verifier updates |",
+        "|---|---|---|---|---|---|---|",
+        *rows,
+    ]
 
 
 def _cell(values) -> str:
@@ -126,6 +166,7 @@ def table(results: dict, arms, seeds) -> tuple[str, list[ps.Contrast]]:
             f"{_cell(reached)} ({len(reached)}/{len(r)} reach it) | "
             f"{_cell(col('to_grpo_final_global'))} |"
         )
+    lines += verifier_rows(results, arms, seeds)
     lines += ["", "Per seed (AUC; final):", ""]
     for arm in arms:
         cells = [f"s{s} {x['auc']:.3f}; {x['final']:.3f}" for s, x in runs[arm].items()]
@@ -198,14 +239,15 @@ def plot(results: dict, arms, seeds, path: Path) -> None:
             if not curves:
                 continue
             n = min(len(c) for c in curves)
-            x = np.array([p[0] for p in curves[0][:n]])
+            xi = 3 if metric == F1 else 0  # F1 against verifier updates, the rest generator's
+            x = np.array([p[xi] if xi < len(p) else np.nan for p in curves[0][:n]])
             st = [study.mean_ci([c[i][1] for c in curves]) for i in range(n)]
             mean = np.array([m for m, _ in st])
             half = np.nan_to_num(np.array([h for _, h in st]))
             ax.plot(x, mean, marker=".", label=f"{arm} (n={len(curves)})")
             ax.fill_between(x, mean - half, mean + half, alpha=0.2)
         ax.set_title(label, fontsize=9)
-        ax.set_xlabel("generator updates")
+        ax.set_xlabel("verifier updates" if metric == F1 else "generator updates")
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)

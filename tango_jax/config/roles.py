@@ -84,7 +84,9 @@ class RoleConfig:
     # faster train steps on CPUs) or "cudnn" (see tango_jax.models.ModelConfig.attention)
     attention: str = "auto"
     enable: bool = True  # verifier only: False = plain rule-reward RL (no verifier at all)
-    trainable: bool = True  # verifier only: False = the fixed-verifier ablation
+    # False: the model is never updated (the verifier: the fixed-verifier ablation; the
+    # generator: the fixed-generator ablation, every step a verifier step)
+    trainable: bool = True
     # Prompts longer than this: generator prompts are filtered out when the data loads,
     # verifier prompts right-truncated (the official verifier).
     max_prompt_len: int = 2048

@@ -139,7 +139,8 @@ class RunConfig:
     schedule: Schedule = dataclasses.field(
         default=Schedule(total_steps=440),
         metadata=derived(
-            verifier_trainable=("verifier.enable and verifier.trainable", _verifier_trains)
+            verifier_trainable=("verifier.enable and verifier.trainable", _verifier_trains),
+            generator_trainable=("generator.trainable", lambda c: c.generator.trainable),
         ),
     )
     algorithm: AlgorithmConfig = dataclasses.field(  # after `schedule`: α's horizon is its
@@ -243,7 +244,7 @@ def enabled_roles(c: RunConfig) -> list[Kind]:
 
 def trained_roles(c: RunConfig) -> list[Kind]:
     """The roles whose RL trainer the run builds (and checkpoints)."""
-    return [k for k in enabled_roles(c) if k is Kind.GENERATOR or c.verifier.trainable]
+    return [k for k in enabled_roles(c) if c.role(k).trainable]
 
 
 def _check_trainers(c: RunConfig) -> None:

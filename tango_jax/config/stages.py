@@ -79,6 +79,9 @@ class SFTConfig:
 class EvalConfig:
     before_train: bool = True
     every_generator_steps: int = 10  # 0: only before/after (official test_freq = 10)
+    # Also after every k-th verifier update (0: never); for runs where the verifier trains
+    # alone (the fixed-generator ablation, or a long verifier warm-up)
+    every_verifier_steps: int = 0
     at_end: bool = True
     after_verifier_warmup: bool = True
     # Also score one sample per problem at the training temperature (seeded): the held-out
@@ -95,6 +98,7 @@ class EvalConfig:
             self,
             {
                 "every_generator_steps": at_least(0, " (0: only before and after training)"),
+                "every_verifier_steps": at_least(0, " (0: not on verifier updates)"),
                 "sampled_n": at_least(1),
                 "process_bench_size": at_least(0, " (0 disables it)"),
             },

@@ -382,11 +382,9 @@ class TangoLoop:
         warmups = sched.generator_warmup_steps + sched.verifier_warmup_steps
         if e.after_verifier_warmup and warmups and step == warmups:  # the end of the warm-ups
             return True
-        return (
-            phase.kind is Kind.GENERATOR
-            and e.every_generator_steps > 0
-            and updates[Kind.GENERATOR.value] % e.every_generator_steps == 0
-        )
+        every = {Kind.GENERATOR: e.every_generator_steps, Kind.VERIFIER: e.every_verifier_steps}
+        k = every[phase.kind]
+        return k > 0 and updates[phase.kind.value] % k == 0
 
     def _prefetch_due(self, step: int) -> bool:
         """Overlap: the next step is collected beside this step's update, except at the last

@@ -8,7 +8,8 @@ Global steps count from 1. Each is exactly one of a generator step (G) or a veri
                             initial mode is the verifier)
 
 With the verifier disabled (plain GRPO) or frozen (the "fixed verifier" ablation) every step
-after the generator warm-up is a G step. The α schedule's horizon (`alpha_horizon`) follows
+after the generator warm-up is a G step; with the generator frozen (the "fixed generator"
+ablation, paper Fig. 4) every step is a V step on the initial generator. The α schedule's horizon (`alpha_horizon`) follows
 the official `_calculate_training_steps`.
 """
 
@@ -34,6 +35,7 @@ class Schedule:
     n_verifier_steps: int = 1
     initial_mode: Kind = Kind.GENERATOR
     verifier_trainable: bool = True  # False: verifier disabled or frozen -> no V steps
+    generator_trainable: bool = True  # False: generator frozen -> only V steps
 
     def __post_init__(self):
         if self.total_steps < 0:
@@ -48,8 +50,20 @@ class Schedule:
                 f"schedule.n_generator_steps ({self.n_generator_steps}) and n_verifier_steps "
                 f"({self.n_verifier_steps}) must both be >= 1 when the verifier trains."
             )
+        if not self.generator_trainable:
+            if not self.verifier_trainable:
+                raise ValueError(
+                    "generator.trainable=False with no trainable verifier: nothing would train; "
+                    "set verifier.enable=True and verifier.trainable=True (the fixed-generator "
+                    "ablation trains only the verifier)."
+                )
+            if self.generator_warmup_steps:
+                raise ValueError(
+                    f"schedule.generator_warmup_steps ({self.generator_warmup_steps}) must be 0 "
+                    "when the generator is frozen (generator.trainable=False)."
+                )
         warmups = self.generator_warmup_steps + self.verifier_warmup_steps
-        if self.total_steps and self.total_steps <= warmups:
+        if self.generator_trainable and self.total_steps and self.total_steps <= warmups:
             raise ValueError(
                 f"schedule.total_steps ({self.total_steps}) must exceed the warm-ups "
                 f"(generator {self.generator_warmup_steps} + verifier "
@@ -73,6 +87,8 @@ class Schedule:
             return Phase(Kind.VERIFIER, warmup=True)
         if not self.verifier_trainable:
             return Phase(Kind.GENERATOR, warmup=False)
+        if not self.generator_trainable:
+            return Phase(Kind.VERIFIER, warmup=False)
         pos = step - self.generator_warmup_steps - self.verifier_warmup_steps - 1
         cycle = self.n_generator_steps + self.n_verifier_steps
         first, first_len = (

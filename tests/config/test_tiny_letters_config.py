@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tango_jax.config.run import StepSource, load_run_config, sibling_config
+from tango_jax.tango.kind import Kind
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -49,6 +50,18 @@ def test_arms_differ_only_where_they_should():
         assert cfg.algorithm.alpha.total_steps == 36
         assert cfg.generator == grpo.generator and cfg.data == grpo.data and cfg.eval == grpo.eval
     assert tango.schedule.total_steps == 10 + 48 and tango.schedule.verifier_warmup_steps == 10
+    # the fixed generator: tango's 22 verifier updates, no generator update
+    frozen = _cfg("fixed_generator")
+    assert _diff(tango, frozen) - ALWAYS == {
+        "generator.trainable",
+        "schedule.total_steps",
+        "schedule.generator_trainable",
+        "algorithm.alpha.total_steps",
+        "eval.every_verifier_steps",
+        "eval.sampled",
+    }
+    assert frozen.schedule.count(Kind.VERIFIER) == tango.schedule.count(Kind.VERIFIER) == 22
+    assert frozen.schedule.count(Kind.GENERATOR) == 0
 
 
 def test_bad_config_strings():

@@ -34,8 +34,9 @@ def _short(run_dir: Path, variant: str):
     c.eval.process_bench_size = 4
     c.eval.every_generator_steps = 2
     c.schedule.total_steps = 2
-    if variant == "tango":
+    if variant in ("tango", "fixed_generator"):
         c.schedule.total_steps, c.schedule.verifier_warmup_steps = 3, 1
+    c.eval.every_verifier_steps = 2 if variant == "fixed_generator" else 0
     return load_run_config(c)
 
 
@@ -63,3 +64,29 @@ def test_letters_arms_run(tmp_path, variant):
     if variant == "tango":
         assert any(r["phase"].startswith("verifier") for r in rows)  # "verifier_warmup" here
         assert "eval/verifier/step_f1" in evals[-1]
+
+
+def test_fixed_generator_trains_only_the_verifier(tmp_path):
+    """The fixed-generator arm: every step a verifier step on the SFT generator, which ends
+    exactly as it started; the verifier is evaluated after every 2nd verifier update."""
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    run_dir = tmp_path / "run"
+    cfg = _short(run_dir, "fixed_generator")
+    TangoLoop(cfg, make_mesh(cfg.mesh)).run()
+    rows = read_metrics(run_dir)
+    assert [r["phase"] for r in rows if r["phase"] != "eval"] == [
+        "verifier_warmup",
+        "verifier",
+        "verifier",
+    ]
+    assert all(r.get("schedule/generator_updates", 0) == 0 for r in rows)
+    evals = [r["step"] for r in rows if "eval/verifier/step_f1" in r]
+    # before, at the end of the warm-up, after the 2nd verifier update, at the end
+    assert evals == [0, 1, 2, 3]
+    sft, end = (
+        load_file(next((d / "generator").glob("*.safetensors")))
+        for d in (run_dir / "sft", run_dir / "hf")
+    )
+    assert sft.keys() == end.keys() and all(np.array_equal(sft[k], end[k]) for k in sft)

@@ -43,6 +43,33 @@ def test_no_verifier_updates_means_all_generator_steps():
     assert s.count(Kind.GENERATOR) == 10
 
 
+def test_frozen_generator_means_all_verifier_steps():
+    # the fixed-generator ablation: the warm-up and every later step are verifier updates
+    s = Schedule(total_steps=12, verifier_warmup_steps=10, generator_trainable=False)
+    assert s.count(Kind.VERIFIER) == 12 and s.count(Kind.GENERATOR) == 0
+    assert s.phase(10).warmup and not s.phase(11).warmup
+    assert (
+        Schedule(total_steps=5, verifier_warmup_steps=0, generator_trainable=False).count(
+            Kind.VERIFIER
+        )
+        == 5
+    )
+    with pytest.raises(ValueError, match="nothing would train"):
+        Schedule(
+            total_steps=5,
+            verifier_warmup_steps=0,
+            verifier_trainable=False,
+            generator_trainable=False,
+        )
+    with pytest.raises(ValueError, match="generator_warmup_steps \\(2\\) must be 0"):
+        Schedule(
+            total_steps=5,
+            verifier_warmup_steps=0,
+            generator_warmup_steps=2,
+            generator_trainable=False,
+        )
+
+
 def test_errors_name_the_field():
     with pytest.raises(ValueError, match="verifier_warmup_steps \\(40\\) must be 0"):
         Schedule(total_steps=50, verifier_warmup_steps=40, verifier_trainable=False)
