@@ -9,8 +9,8 @@ Global steps count from 1. Each is exactly one of a generator step (G) or a veri
 
 With the verifier disabled (plain GRPO) or frozen (the "fixed verifier" ablation) every step
 after the generator warm-up is a G step; with the generator frozen (the "fixed generator"
-ablation, paper Fig. 4) every step is a V step on the initial generator. The α schedule's horizon (`alpha_horizon`) follows
-the official `_calculate_training_steps`.
+ablation, paper Fig. 4) every step is a V step on the initial generator. The α schedule's
+horizon (`alpha_horizon`) follows the official `_calculate_training_steps`.
 """
 
 from __future__ import annotations
