@@ -277,7 +277,11 @@ class Attention(nnx.Module):
             v_cache = jax.lax.dynamic_update_slice(
                 kv[1], v.astype(kv[1].dtype), (0, frame.index, 0, 0)
             )
-            k, v, kv = k_cache.astype(q.dtype), v_cache.astype(q.dtype), (k_cache, v_cache)
+            kv = (k_cache, v_cache)
+            span = frame.mask.shape[-1]  # slots read: all of them, or the filled prefix
+            if span < k_cache.shape[1]:
+                k_cache, v_cache = k_cache[:, :span], v_cache[:, :span]
+            k, v = k_cache.astype(q.dtype), v_cache.astype(q.dtype)
         b, t, n, h = q.shape
         if kv is None and use_cudnn(c, q.dtype):
             # fused flash attention: causal, plus the frame's mask (padding) as a bias
@@ -423,11 +427,19 @@ class Transformer(nnx.Module):
             self.hidden_states(tokens_BxT, positions_BxT, attention_mask_BxT)
         )
 
-    def forward_with_cache(self, tokens_BxT, cache: KVCache, token_valid_BxT=None):
+    def forward_with_cache(
+        self, tokens_BxT, cache: KVCache, token_valid_BxT=None, *, span: int | None = None
+    ):
         """Runs T new tokens per row through the model, appending them to `cache`.
 
         Prefill: a fresh cache and the (left- or right-) padded prompts, with `token_valid`
         marking real tokens. Decode: T = 1 per call. Returns (logits [B, T, V] f32, new cache).
+
+        span (static): attention reads only cache slots 0..span-1 (the filled prefix) instead
+        of all S slots; None reads all of them. The caller guarantees `index + T <= span`
+        (the sampler's chunked decode does, see jax_sampler.decode_chunks): a slot beyond
+        `span` would otherwise be silently ignored. The slots beyond the filled prefix are
+        masked anyway, so the logits are the same up to float summation order.
         """
         b, t = tokens_BxT.shape
         new_valid = (
@@ -436,8 +448,9 @@ class Transformer(nnx.Module):
         positions = cache.lengths[:, None] + jnp.maximum(jnp.cumsum(new_valid, axis=1) - 1, 0)
         valid = jax.lax.dynamic_update_slice(cache.valid, new_valid, (0, cache.index))
         q_slots = cache.index + jnp.arange(t)
-        k_slots = jnp.arange(cache.size)
-        mask = valid[:, None, :] & (k_slots[None, None, :] <= q_slots[None, :, None])  # [B, T, S]
+        k_slots = jnp.arange(cache.size if span is None else min(span, cache.size))
+        read = valid if span is None or span >= cache.size else valid[:, :span]
+        mask = read[:, None, :] & (k_slots[None, None, :] <= q_slots[None, :, None])  # [B, T, S]
         h, (k, v) = self._trunk(
             self.embed_tokens(tokens_BxT), Frame(positions, mask, cache.index), cache
         )

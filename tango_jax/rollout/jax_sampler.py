@@ -65,6 +65,25 @@ def _filter_logits(logits_BxV, top_k: int, top_p: float):
     return logits_BxV
 
 
+def decode_chunks(prompt_slots: int, max_tokens: int, block: int) -> list[tuple[int, int | None]]:
+    """The chunked decode's schedule: (end step, cache slots read) per chunk, in order.
+
+    block 0: one chunk of all `max_tokens` steps reading the whole cache (span None). Else the
+    chunks end at block, 2·block, 4·block, ... steps (capped at max_tokens), and the steps of a
+    chunk ending at step e attend over the first P + e slots: every slot written so far, and at
+    most twice the generated part beyond it. Each chunk is a separate piece of the compiled
+    program (about log2(N / block) + 1 of them).
+    """
+    if block <= 0:
+        return [(max_tokens, None)]
+    ends, end = [], block
+    while end < max_tokens:
+        ends.append(end)
+        end *= 2
+    ends.append(max_tokens)
+    return [(e, prompt_slots + e) for e in ends]
+
+
 def _generate(
     state,
     prompt_BxP,
@@ -76,13 +95,23 @@ def _generate(
     graphdef,
     program: _Program,
     cache_dtype,
+    decode_block: int = 0,
 ):
-    """Prefill then decode. Returns tokens [B, N], logprobs [B, N], lengths [B], stopped [B]."""
+    """Prefill then decode. Returns tokens [B, N], logprobs [B, N], lengths [B], stopped [B].
+
+    decode_block 0: one `lax.while_loop` whose steps attend over the whole cache (P + N
+    slots, the unfilled ones masked). Else the steps run in chunks (`decode_chunks`), one
+    while-loop each, whose attention reads only a static prefix of the cache; the same
+    tokens, keys and step count, so the same samples up to float summation order.
+    """
     model: Transformer = nnx.merge(graphdef, state)
     b, p = prompt_BxP.shape
     n = program.max_tokens
+    chunks = decode_chunks(p, n, decode_block)
     cache = KVCache.init(model.config, b, p + n, cache_dtype)
-    logits, cache = model.forward_with_cache(prompt_BxP, cache, valid_BxP)
+    logits, cache = model.forward_with_cache(
+        prompt_BxP, cache, valid_BxP, span=None if decode_block <= 0 else p
+    )
     last = logits[:, -1]  # [B, V]: left padding puts every prompt's last token in column P-1
 
     def sample(step_key, logits_BxV):
@@ -95,11 +124,11 @@ def _generate(
         tok = jax.random.categorical(step_key, filtered, axis=-1)
         return tok, jax.nn.log_softmax(scaled)[jnp.arange(b), tok]
 
-    def cond(carry):
+    def cond(carry, end):
         step, _, _, _, _, done, _ = carry
-        return (step < n) & ~jnp.all(done)
+        return (step < end) & ~jnp.all(done)
 
-    def body(carry):
+    def body(carry, span):
         step, cache, last, tokens, logps, done, lengths = carry
         tok, lp = sample(jax.random.fold_in(key, step), last)
         tok = jnp.where(done, 0, tok).astype(jnp.int32)
@@ -107,10 +136,10 @@ def _generate(
         logps = logps.at[:, step].set(jnp.where(done, 0.0, lp))
         lengths = lengths + (~done).astype(jnp.int32)
         new_done = done | jnp.any(tok[:, None] == stop_ids[None, :], axis=-1)
-        logits, cache = model.forward_with_cache(tok[:, None], cache, (~done)[:, None])
+        logits, cache = model.forward_with_cache(tok[:, None], cache, (~done)[:, None], span=span)
         return step + 1, cache, logits[:, 0], tokens, logps, new_done, lengths
 
-    init = (
+    carry = (
         jnp.zeros((), jnp.int32),
         cache,
         last,
@@ -119,7 +148,11 @@ def _generate(
         ~valid_BxP.any(axis=1),
         jnp.zeros((b,), jnp.int32),
     )
-    _, _, _, tokens, logps, done, lengths = jax.lax.while_loop(cond, body, init)
+    for end, span in chunks:  # each chunk exits at once if every row has finished
+        carry = jax.lax.while_loop(
+            functools.partial(cond, end=end), functools.partial(body, span=span), carry
+        )
+    _, _, _, tokens, logps, done, lengths = carry
     return tokens, logps, lengths, done
 
 
@@ -128,6 +161,13 @@ class JaxSampler:
 
     model: the (shared) NNX model; tokenizer: its HF tokenizer (decoding, stop strings).
     max_rows: rows per compiled call; larger requests are split into several calls.
+    decode_block: 0 (default): every decode step attends over the whole preallocated cache
+    (prompt + max_tokens slots, the unfilled ones masked). > 0: decode in chunks that end at
+    decode_block, 2·decode_block, 4·decode_block, ... steps, each attending over a static
+    prefix of the cache that covers the slots filled by its end (`decode_chunks`), so a step
+    reads about the filled slots rather than all of them. The same tokens and log-probs up to
+    float summation order (tests/rollout/test_jax_sampler.py); a GPU A/B is
+    scripts/bench/gpu_check.py's `decode_block` switch.
     """
 
     def __init__(
@@ -140,8 +180,15 @@ class JaxSampler:
         row_bucket: int = 8,
         prompt_bucket: int = 64,
         cache_dtype=None,
+        decode_block: int = 0,
     ):
+        if decode_block < 0:
+            raise ValueError(
+                f"JaxSampler decode_block ({decode_block}) must be >= 0 (0: attend over the "
+                "whole cache)."
+            )
         self.model, self.tokenizer, self.mesh = model, tokenizer, mesh
+        self.decode_block = decode_block
         dp = mesh.shape["data"] * mesh.shape["fsdp"]
         self.row_bucket = round_up(row_bucket, dp)
         self.max_rows = round_up(max_rows, self.row_bucket)
@@ -198,7 +245,11 @@ class JaxSampler:
             graphdef = nnx.graphdef(self.model)
             self._compiled[program] = jax.jit(
                 functools.partial(
-                    _generate, graphdef=graphdef, program=program, cache_dtype=self.cache_dtype
+                    _generate,
+                    graphdef=graphdef,
+                    program=program,
+                    cache_dtype=self.cache_dtype,
+                    decode_block=self.decode_block,
                 )
             )
         return self._compiled[program]

@@ -103,10 +103,12 @@ def mech(request, tmp_path_factory):
     return from_pretrained(path)
 
 
+@pytest.mark.parametrize("read", ["all", "filled"])
 @pytest.mark.parametrize("padding", ["left", "right"])
-def test_kv_cache_decode_equals_full_forward(mech, padding):
+def test_kv_cache_decode_equals_full_forward(mech, padding, read):
     """Prefill padded prompts of different lengths, then decode token by token (teacher
-    forcing): every step's logits equal the full forward of the unpadded sequence."""
+    forcing): every step's logits equal the full forward of the unpadded sequence. read
+    "filled": each call attends over only the slots filled so far (`span`)."""
     model = mech
     rng = np.random.default_rng(3)
     lengths, decode_steps, width = [7, 3, 5], 6, 7
@@ -117,13 +119,20 @@ def test_kv_cache_decode_equals_full_forward(mech, padding):
         sl = slice(width - n, width) if padding == "left" else slice(0, n)
         prompt[i, sl], valid[i, sl] = seqs[i][:n], True
     cache = KVCache.init(model.config, 3, width + decode_steps)
-    step = nnx.jit(lambda m, tok, c, v: m.forward_with_cache(tok, c, v))
-    logits, cache = step(model, jnp.asarray(prompt), cache, jnp.asarray(valid))
+    step = nnx.jit(
+        lambda m, tok, c, v, span: m.forward_with_cache(tok, c, v, span=span),
+        static_argnames="span",
+    )
+    filled = read == "filled"
+    logits, cache = step(
+        model, jnp.asarray(prompt), cache, jnp.asarray(valid), span=width if filled else None
+    )
     last = [width - 1 if padding == "left" else n - 1 for n in lengths]
     got = [[np.asarray(logits[i, j])] for i, j in enumerate(last)]
     for s in range(decode_steps - 1):
         tok = np.array([[seq[n + s]] for seq, n in zip(seqs, lengths)], np.int32)
-        logits, cache = step(model, jnp.asarray(tok), cache, jnp.ones((3, 1), bool))
+        span = width + s + 1 if filled else None
+        logits, cache = step(model, jnp.asarray(tok), cache, jnp.ones((3, 1), bool), span=span)
         for i in range(3):
             got[i].append(np.asarray(logits[i, 0]))
     # Reference: the plain forward of each whole unpadded sequence (right-padded batch; the

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+from flax import nnx
 from hf_fixtures import load_hf, write_hf_checkpoint
+from jaxpr_dots import dot_operands
 
 from tango_jax.models import from_pretrained
 from tango_jax.models.tokenizer import tiny_tokenizer
+from tango_jax.parallel.buckets import round_up
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
 from tango_jax.rollout.base import FinishReason, Prompt, SamplingParams
-from tango_jax.rollout.jax_sampler import JaxSampler
+from tango_jax.rollout.jax_sampler import JaxSampler, _generate, _Program, decode_chunks
 
 VOCAB = 64
 
@@ -163,3 +168,78 @@ def test_version_is_recorded(sampler):
     sampler.update_weights(None, 7)
     (c,) = sampler.generate([Prompt((3, 4))], SamplingParams(max_tokens=2, seed=0))[0]
     assert c.weight_version == 7
+
+
+def test_decode_chunks_schedule():
+    assert decode_chunks(16, 12, 0) == [(12, None)]  # today's decode: one loop, whole cache
+    assert decode_chunks(16, 12, 4) == [(4, 20), (8, 24), (12, 28)]
+    assert decode_chunks(16, 5, 2) == [(2, 18), (4, 20), (5, 21)]
+    assert decode_chunks(16, 12, 64) == [(12, 28)]
+    assert decode_chunks(64, 3072, 256) == [
+        (256, 320), (512, 576), (1024, 1088), (2048, 2112), (3072, 3136)
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match=r"decode_block \(-1\) must be >= 0"):
+        JaxSampler(None, None, mesh=make_mesh(MeshConfig(1, 1, 1), jax.devices()[:1]),
+                   decode_block=-1)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=0.0, max_tokens=12),
+        SamplingParams(n=3, temperature=1.0, top_k=9, max_tokens=12, seed=11),
+        SamplingParams(n=2, temperature=0.8, max_tokens=12, seed=5, stop_token_ids=(7, 20, 33)),
+    ],
+    ids=["greedy", "sampled", "stops"],
+)
+def test_chunked_decode_gives_the_same_tokens_and_logprobs(sampler, params):
+    """decode_block > 0 (attention over the filled prefix only) against today's decode over
+    the whole cache: the same tokens, finish reasons and log-probs (float summation order)."""
+    chunked = JaxSampler(
+        sampler.model, tiny_tokenizer(), mesh=sampler.mesh, prompt_bucket=16, decode_block=2
+    )  # chunks end at 2, 4, 8, 12 steps
+    prompts = [Prompt(tuple(p)) for p in PROMPTS]
+    want = [c for cs in sampler.generate(prompts, params) for c in cs]
+    got = [c for cs in chunked.generate(prompts, params) for c in cs]
+    assert [c.token_ids for c in got] == [c.token_ids for c in want]
+    assert [c.finish_reason for c in got] == [c.finish_reason for c in want]
+    if params.stop_token_ids:  # the early exit crosses chunks: some rows stop, some run on
+        assert {c.finish_reason for c in want} == {FinishReason.STOP, FinishReason.LENGTH}
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.logprobs, w.logprobs, rtol=1e-5, atol=1e-6)
+
+
+def _attended_slots(sampler, params, prompt_len):
+    """The key/value lengths (cache slots) of the attention products in the sampler's program."""
+    program = _Program(params.greedy, params.top_k, params.top_p, params.max_tokens)
+    b, p = sampler.row_bucket, round_up(prompt_len, sampler.prompt_bucket)
+    cfg = sampler.model.config
+    args = (
+        nnx.state(sampler.model),
+        jnp.zeros((b, p), jnp.int32),
+        jnp.ones((b, p), bool),
+        jax.random.key(0),
+        jnp.float32(1.0),
+        jnp.asarray([1], jnp.int32),
+    )
+    fn = functools.partial(
+        _generate,
+        graphdef=nnx.graphdef(sampler.model),
+        program=program,
+        cache_dtype=sampler.cache_dtype,
+        decode_block=sampler.decode_block,
+    )
+    jaxpr = jax.make_jaxpr(fn)(*args).jaxpr
+    # scores: dot_general(k [B, S, K, H], q [B, T, K, G, H]); then probs against v [B, S, K, H]
+    kv = {(b, s, cfg.num_kv_heads, cfg.head_dim) for s in range(1, 1000)}
+    return {a.shape[1] for ops in dot_operands(jaxpr) for a in ops if a.shape in kv}
+
+
+def test_chunked_decode_reads_only_a_prefix_of_the_cache(sampler):
+    params = SamplingParams(temperature=0.0, max_tokens=12)
+    chunked = JaxSampler(
+        sampler.model, tiny_tokenizer(), mesh=sampler.mesh, prompt_bucket=16, decode_block=2
+    )
+    # 16 prompt slots + 12 new: today every product reads all 28 slots, prefill included
+    assert _attended_slots(sampler, params, 5) == {28}
+    assert _attended_slots(chunked, params, 5) == {16, 18, 20, 24, 28}
