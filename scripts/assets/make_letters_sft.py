@@ -3,13 +3,18 @@
     python scripts/assets/make_letters_sft.py   # seed 0, into tango_jax/assets/tiny_letters_sft/
     python scripts/assets/make_letters_sft.py --seed 1 --out runs/letters_sft_s1/out
 
-Two runs of the train command, SFT only (`schedule.total_steps=0`), from random init:
+Three runs of the train command, SFT only (`schedule.total_steps=0`):
 
-1. the generator's format SFT (`configs/tiny_letters.py:grpo,scratch`: 500 steps x 32 on 2-3
-   words, cosine lr 3e-3, a fifth of the solutions with one wrong letter);
-2. the verifier's format SFT from that generator (`tango,scratch` with the generator's SFT
-   off and the phase-1 generator as its start; `--verifier-steps` steps x 32, lr 3e-3,
-   outcome labels only, half of the examples one-word problems; last_letter_labels.py).
+1. the generator's format SFT from random init (`configs/tiny_letters.py:grpo,scratch`: 500
+   steps x 32 on 2-3 words, cosine lr 3e-3, a fifth of the solutions with one wrong letter);
+2. the generator's length SFT from phase 1 (`--length-steps` steps x 32 on 2-6 words, the RL
+   range; cosine lr 1e-3). A 2-layer model does not carry the format beyond the lengths it
+   was trained on: after phase 1 alone it stops after 2-3 words (sampled accuracy 0.05 on 2-6
+   words, docs/last_letter.md), and from random init on 2-6 words it had not learned to copy
+   the words after 500 steps (greedy 0.004);
+3. the verifier's format SFT from the phase-2 generator (`tango,scratch` with the generator's
+   SFT off; `--verifier-steps` steps x 32 on 2-6 words, lr 3e-3, outcome labels only, half of
+   the examples one-word problems; last_letter_labels.py).
 
 Each phase is skipped when its checkpoint exists. The two checkpoints are copied to --out with
 `recipe.json`: the commands, the commit, the date, and each phase's step-0 held-out evaluation.
@@ -32,25 +37,39 @@ CONFIG = str(ROOT / "configs" / "tiny_letters.py")
 DEFAULT_OUT = ROOT / "tango_jax" / "assets" / "tiny_letters_sft"
 
 
-def phase_commands(work: Path, seed: int, verifier_steps: int, extra: list[str]) -> list[list[str]]:
+def phase_commands(
+    work: Path, seed: int, verifier_steps: int, extra: list[str], length_steps: int = 500
+) -> list[list[str]]:
     train = [sys.executable, "-m", "tango_jax.train", "--config"]
     common = [f"--config.seed={seed}", "--config.schedule.total_steps=0"]
     overrides = [f"--config.{o}" for o in extra]
-    generator = work / "phase1" / "sft" / "generator"
     return [
         [
             *train,
             f"{CONFIG}:grpo,scratch",
             f"--config.run_dir={work / 'phase1'}",
             *common,
+            "--config.data.letters.sft_max_words=3",
+            *overrides,
+        ],
+        [
+            *train,
+            f"{CONFIG}:grpo",
+            f"--config.run_dir={work / 'phase2'}",
+            *common,
+            f"--config.generator.model.path={work / 'phase1' / 'sft' / 'generator'}",
+            "--config.sft.generator.enable=True",
+            f"--config.sft.generator.steps={length_steps}",
+            f"--config.sft.generator.num_examples={length_steps * 32}",
+            "--config.sft.generator.trainer.optimizer.learning_rate=1e-3",
             *overrides,
         ],
         [
             *train,
             f"{CONFIG}:tango,scratch",
-            f"--config.run_dir={work / 'phase2'}",
+            f"--config.run_dir={work / 'phase3'}",
             *common,
-            f"--config.generator.model.path={generator}",
+            f"--config.generator.model.path={work / 'phase2' / 'sft' / 'generator'}",
             "--config.generator.model.preset=",
             "--config.sft.generator.enable=False",
             f"--config.sft.verifier.steps={verifier_steps}",
@@ -64,6 +83,8 @@ def step0_eval(run_dir: Path) -> dict[str, float]:
     """Every eval/ metric of the run's step-0 evaluation (empty when it has none)."""
     from tango_jax.eval import analysis
 
+    if not (run_dir / "metrics.jsonl").exists():  # a phase placed by hand, not run here
+        return {}
     run = analysis.load_runs({"r": run_dir})["r"]
     out = {}
     for key in sorted(k for k in run if k.startswith("eval/")):
@@ -79,12 +100,15 @@ def main(argv: list[str]) -> int:
     p.add_argument("--work", default="runs/tiny_letters_sft")
     p.add_argument("--out", default=str(DEFAULT_OUT))
     p.add_argument("--verifier-steps", type=int, default=300)
+    p.add_argument("--length-steps", type=int, default=500)
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
     args = p.parse_args(argv)
     work, out = Path(args.work).resolve(), Path(args.out).resolve()
-    commands = phase_commands(work, args.seed, args.verifier_steps, args.set)
-    done = (work / "phase1" / "sft" / "generator", work / "phase2" / "sft" / "verifier")
+    commands = phase_commands(work, args.seed, args.verifier_steps, args.set, args.length_steps)
+    done = [work / f"phase{i}" / "sft" / r for i, r in ((1, "generator"), (2, "generator"))]
+    done.append(work / "phase3" / "sft" / "verifier")
     run_phases(commands, [d / "config.json" for d in done])
+    done = done[1:]  # the length-SFT generator and the verifier
     staging = out.with_name(out.name + ".tmp")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -97,8 +121,9 @@ def main(argv: list[str]) -> int:
         "commands": [" ".join(["python", *c[1:]]).replace(f"{ROOT}/", "") for c in commands],
         "commit": commit,
         "date": datetime.date.today().isoformat(),
-        "eval_generator": step0_eval(work / "phase1"),
-        "eval_verifier": step0_eval(work / "phase2"),
+        "eval_generator_phase1": step0_eval(work / "phase1"),
+        "eval_generator": step0_eval(work / "phase2"),
+        "eval_verifier": step0_eval(work / "phase3"),
     }
     (staging / "recipe.json").write_text(json.dumps(recipe, indent=1) + "\n")
     shutil.rmtree(out, ignore_errors=True)
