@@ -74,8 +74,8 @@ def test_the_letters_table_and_gate_from_curves():
     for s in range(1, 6):
         results["grpo"][str(s)] = {sl.PRIMARY: curve([0.3, 0.32, 0.34, 0.36])}
         results["oracle"][str(s)] = {sl.PRIMARY: curve([0.3, 0.35 + s / 100, 0.4, 0.42])}
-    text, primary = sl.table(results, ["grpo", "oracle"], list(range(1, 6)))
-    (c,) = primary
+    text, contrasts = sl.table(results, ["grpo", "oracle"], list(range(1, 6)))
+    (c,) = [c for c in contrasts if c.name.endswith("AUC")]
     # AUC difference per seed: trapezoids of (0, 0.03 + s/100, 0.06, 0.06) over 36 -> by hand
     want = [
         (0 + (0.03 + s / 100)) / 2 * 12 + ((0.03 + s / 100) + 0.06) / 2 * 12 + 0.06 * 12
@@ -83,10 +83,48 @@ def test_the_letters_table_and_gate_from_curves():
     ]
     assert c.name == "oracle - grpo, AUC" and c.diffs == pytest.approx([w / 36 for w in want])
     assert "| oracle | 5 |" in text
-    assert "the gate holds" in sl.gate(results, list(range(1, 6)), primary)
+    assert "the gate holds" in sl.gate(results, list(range(1, 6)), contrasts)
     # GRPO's final accuracy 0.36 is reached by the oracle between updates 0 and 12
     r = sl.per_run(results, "oracle", 1)
     assert r["to_grpo_final"] == pytest.approx(12 * 0.06 / 0.06)
     assert "open (only 2 seeds)" in sl.gate(
         results, [1, 2], sl.table(results, ["grpo", "oracle"], [1, 2])[1]
     )
+
+
+def test_the_letters_table_adds_every_other_arm_against_grpo_unadjusted():
+    sl = _study_letters()
+    curve = lambda ys: [[12 * i, y, 12 * i, 0] for i, y in enumerate(ys)]
+    arms = ["grpo", "oracle", "oracle,alpha0=0.5"]
+    results = {a: {} for a in arms}
+    for s in range(1, 6):
+        results["grpo"][str(s)] = {sl.PRIMARY: curve([0.3, 0.3, 0.3, 0.3])}
+        results["oracle"][str(s)] = {sl.PRIMARY: curve([0.3, 0.3, 0.3, 0.3 + s / 100])}
+        results["oracle,alpha0=0.5"][str(s)] = {sl.PRIMARY: curve([0.3, 0.3, 0.3, 0.3 - s / 100])}
+    text, contrasts = sl.table(results, arms, list(range(1, 6)))
+    by_name = {c.name: c for c in contrasts}
+    planned, secondary = by_name["oracle - grpo, AUC"], by_name["oracle,alpha0=0.5 - grpo, AUC"]
+    assert planned.p_holm == pytest.approx(planned.p)  # the only planned contrast present
+    assert np.isnan(secondary.p_holm) and secondary.mean < 0
+    g = sl.gate(results, list(range(1, 6)), contrasts)
+    assert "(b) oracle - grpo" in g and "(b) oracle,alpha0=0.5 - grpo" in g
+    assert g.count("the gate holds") == 1 and g.count("the gate fails") == 1
+    assert "| oracle,alpha0=0.5 - grpo, AUC | 5 |" in text
+
+
+def test_the_letters_verifier_rows_find_the_f1_peak_in_verifier_updates():
+    sl = _study_letters()
+    # [generator updates, F1, global step, verifier updates]: a rise, then a plateau below it
+    f1 = {
+        s: [[0, 0.1, 0, 0], [0, 0.3, 4, 4], [0, 0.5 + s / 100, 8, 8], [0, 0.45, 12, 12]]
+        for s in (1, 2, 3)
+    }
+    results = {"fixed_generator": {str(s): {sl.F1: c} for s, c in f1.items()}}
+    (row,) = [
+        r
+        for r in sl.verifier_rows(results, ["fixed_generator"], [1, 2, 3])
+        if r.startswith("| fixed_generator")
+    ]
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[1] == "3" and cells[2].startswith("0.100") and cells[3].startswith("0.520")
+    assert cells[4].startswith("8.0") and cells[5].startswith("0.450") and cells[6] == "12"
