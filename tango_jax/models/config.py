@@ -78,6 +78,16 @@ class ModelConfig:
     multiple of 8 up to 128). "auto": cudnn where those hold, xla_blocked on CPUs, else xla.
     On an H100 at 4096 tokens the xla kernel made the Qwen2.5-0.5B step 4.3x slower than
     PyTorch's SDPA. All give the same numbers for every query that sees at least one key.
+
+    Fused variants (off by default until a GPU measurement says they help; each gives the
+    same numbers up to float rounding, tests/models/test_fused_layers.py; A/B on a GPU with
+    scripts/bench/gpu_check.py): fused_norm: RMSNorm with a hand-written backward that keeps
+    only the input and the per-token inverse RMS and computes in float32 (the weight gradient
+    too, where autodiff sums it in the compute dtype). fused_mlp: SwiGLU's
+    gate and up projections as one matmul against the two weights stacked (the parameters and
+    the Hugging Face tensors stay as they are). fused_rope: rope's cos/sin computed once per
+    forward for all layers (not per layer, for q and k, and again under remat), applied to the
+    two halves in one expression.
     """
 
     family: Family
@@ -102,6 +112,9 @@ class ModelConfig:
     param_dtype: Any = jnp.float32
     remat: bool = False
     attention: str = "auto"
+    fused_norm: bool = False
+    fused_mlp: bool = False
+    fused_rope: bool = False
 
     def __post_init__(self):
         if self.attention not in ATTENTION_KERNELS:

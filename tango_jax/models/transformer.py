@@ -70,6 +70,52 @@ def apply_rope(x_BxTxNxH: jax.Array, positions_BxT: jax.Array, inv_freq: np.ndar
     return x_BxTxNxH * cos + rotated * sin
 
 
+def rope_tables(positions_BxT: jax.Array, inv_freq: np.ndarray, dtype) -> tuple[jax.Array, ...]:
+    """cos and sin [B, T, H/2] of every position's rope angles, computed in float32 then cast
+    to `dtype` (as `apply_rope` does). ModelConfig.fused_rope computes them once per forward."""
+    freqs = positions_BxT[..., None].astype(jnp.float32) * inv_freq  # [B, T, H/2]
+    return jnp.cos(freqs).astype(dtype), jnp.sin(freqs).astype(dtype)
+
+
+def apply_rope_tables(x_BxTxNxH: jax.Array, cos_BxTxH2: jax.Array, sin_BxTxH2: jax.Array):
+    """`apply_rope` from precomputed tables: the rotate-half of both halves in one expression
+    (x1·cos − x2·sin, x2·cos + x1·sin), the same products and sums as apply_rope's."""
+    c, s = cos_BxTxH2[:, :, None, :], sin_BxTxH2[:, :, None, :]  # [B, T, 1, H/2]
+    x1, x2 = jnp.split(x_BxTxNxH, 2, axis=-1)
+    return jnp.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def rms_norm(x_xW: jax.Array, scale_W: jax.Array, eps: float) -> jax.Array:
+    """RMSNorm over the last axis with transformers' rounding (normalise in float32, cast
+    back, then the weight) and a hand-written backward (ModelConfig.fused_norm).
+
+    The backward keeps only x (compute dtype) and the per-token inverse RMS [..., 1] (float32),
+    and computes in float32: dscale = Σ g·n, dx = r·(g·w − n·mean(g·w·n)) with n = x·r.
+    """
+    return _rms_norm_fwd(x_xW, scale_W, eps)[0]
+
+
+def _rms_norm_fwd(x_xW, scale_W, eps):
+    x = x_xW.astype(jnp.float32)
+    inv_rms = jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps)  # [..., 1]
+    y = scale_W.astype(x_xW.dtype) * (x * inv_rms).astype(x_xW.dtype)
+    return y, (x_xW, inv_rms, scale_W)
+
+
+def _rms_norm_bwd(eps, residuals, g_xW):
+    x_xW, inv_rms, scale_W = residuals
+    n = x_xW.astype(jnp.float32) * inv_rms
+    g = g_xW.astype(jnp.float32)
+    d_scale = jnp.sum(g * n, axis=tuple(range(g.ndim - 1)))  # [W]
+    dn = g * scale_W.astype(jnp.float32)
+    dx = inv_rms * (dn - n * jnp.mean(dn * n, axis=-1, keepdims=True))
+    return dx.astype(x_xW.dtype), d_scale.astype(scale_W.dtype)
+
+
+rms_norm.defvjp(_rms_norm_fwd, _rms_norm_bwd)
+
+
 def cudnn_fits(config: ModelConfig, dtype) -> bool:
     """Whether cuDNN's fused attention supports this dtype and head size (on an NVIDIA GPU)."""
     return (
@@ -187,6 +233,7 @@ class Frame(NamedTuple):
     positions: jax.Array  # [B, T] rope positions
     mask: jax.Array  # [B, T, S] query t may attend key slot s
     index: jax.Array | None  # [] slot of the first query token (None: no cache)
+    rope: tuple[jax.Array, jax.Array] | None = None  # cos, sin [B, T, H/2] (fused_rope)
 
     @classmethod
     def full_sequence(cls, valid_BxT: jax.Array, positions_BxT: jax.Array | None = None) -> Frame:
@@ -212,11 +259,14 @@ class RMSNorm(nnx.Module):
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs, per_head: bool = False):
         self.eps = config.rms_norm_eps
+        self.fused = config.fused_norm
         width, logical = (config.head_dim, "head_dim") if per_head else (config.embed_dim, "norm")
         self.scale = _param(rngs, (width,), (logical,), config.param_dtype, nnx.initializers.ones)
 
     def __call__(self, x_xW: jax.Array) -> jax.Array:
         """[B, T, D] (or [B, T, N|K, H] per head) -> the same shape and dtype."""
+        if self.fused:
+            return rms_norm(x_xW, self.scale[...], self.eps)
         x = x_xW.astype(jnp.float32)
         x = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + self.eps)
         return self.scale[...].astype(x_xW.dtype) * x.astype(x_xW.dtype)
@@ -266,8 +316,16 @@ class Attention(nnx.Module):
         k = self._project(x_BxTxD, self.k, "k_bias")  # [B, T, K, H]
         if c.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        q = apply_rope(q, frame.positions, inv_freq)
-        k = apply_rope(k, frame.positions, inv_freq)
+        if c.fused_rope:
+            cos, sin = (
+                frame.rope
+                if frame.rope is not None
+                else rope_tables(frame.positions, inv_freq, q.dtype)
+            )
+            q, k = apply_rope_tables(q, cos, sin), apply_rope_tables(k, cos, sin)
+        else:
+            q = apply_rope(q, frame.positions, inv_freq)
+            k = apply_rope(k, frame.positions, inv_freq)
         v = self._project(x_BxTxD, self.v, "v_bias")
         q = constrain(q, ("batch", "act_len", "act_heads", None))
         if kv is not None:  # write the new keys/values into their slots, attend over all slots
@@ -312,11 +370,17 @@ class MLP(nnx.Module):
         self.gate = _param(rngs, (d, f), ("embed", "mlp"), pd)
         self.up = _param(rngs, (d, f), ("embed", "mlp"), pd)
         self.down = _param(rngs, (f, d), ("mlp", "embed"), pd)
+        self.fused = config.fused_mlp
 
     def __call__(self, x_BxTxD):
         dt = x_BxTxD.dtype
-        gate = dense(x_BxTxD, self.gate[...].astype(dt))
-        up = dense(x_BxTxD, self.up[...].astype(dt))
+        if self.fused:  # one matmul; [D, F, 2] keeps each column pair on the F shard
+            w = jnp.stack([self.gate[...], self.up[...]], axis=-1).astype(dt)  # [D, F, 2]
+            gate_up = dense(x_BxTxD, w)  # [B, T, F, 2]
+            gate, up = gate_up[..., 0], gate_up[..., 1]
+        else:
+            gate = dense(x_BxTxD, self.gate[...].astype(dt))
+            up = dense(x_BxTxD, self.up[...].astype(dt))
         hidden = constrain(jax.nn.silu(gate) * up, ("batch", "act_len", "act_mlp"))
         return dense(hidden, self.down[...].astype(dt))
 
@@ -385,6 +449,9 @@ class Transformer(nnx.Module):
 
     def _trunk(self, x_BxTxD, frame: Frame, cache: KVCache | None):
         x = constrain(x_BxTxD, ("batch", "act_len", "act_embed"))
+        if self.config.fused_rope:  # once for all layers (and outside their remat)
+            tables = rope_tables(frame.positions, rope_inv_freq(self.config), x.dtype)
+            frame = frame._replace(rope=tables)
         run = _run_layer_remat if self.config.remat else _run_layer
         new_k, new_v = [], []
         for i, layer in enumerate(self.layers):
