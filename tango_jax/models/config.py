@@ -88,6 +88,12 @@ class ModelConfig:
     the Hugging Face tensors stay as they are). fused_rope: rope's cos/sin computed once per
     forward for all layers (not per layer, for q and k, and again under remat), applied to the
     two halves in one expression.
+    padding_as_lengths: the plain forward moves each row's real tokens to the front (a stable
+    compaction of the token ids and positions, undone once on the final hidden states), so
+    that padding is only ever on the right and full-sequence attention can take it as per-row
+    lengths: cuDNN then runs its causal + padding kernel with no [B, 1, T, T] bias (the
+    padding mask as a bias is read in the forward and the backward, and JAX's cuDNN wrapper
+    also computes its gradient). The einsum kernels see the same causal-and-length mask.
     """
 
     family: Family
@@ -115,6 +121,7 @@ class ModelConfig:
     fused_norm: bool = False
     fused_mlp: bool = False
     fused_rope: bool = False
+    padding_as_lengths: bool = False
 
     def __post_init__(self):
         if self.attention not in ATTENTION_KERNELS:

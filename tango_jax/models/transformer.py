@@ -194,6 +194,32 @@ def _blocked_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, mask_BxTxT, block: int
     return jnp.concatenate(outs, axis=1)
 
 
+def cudnn_attention(q_BxTxNxH, k_BxTxKxH, v_BxTxKxH, frame):
+    """cuDNN's fused flash attention, causal, in the layout it takes as it is (B, T, heads, H;
+    grouped-query k/v with K heads): no transpose on the way in or out.
+
+    The padding goes in as per-row lengths when the frame has them (ModelConfig.
+    padding_as_lengths: real tokens at the front), else as the [B, 1, T, T] mask, which JAX
+    (0.10) turns into a bias that cuDNN reads in both passes and differentiates
+    (`should_export_dbias` is always true).
+    """
+    common = dict(is_causal=True, scale=1 / math.sqrt(q_BxTxNxH.shape[-1]))
+    if frame.lengths is not None:
+        common |= dict(query_seq_lengths=frame.lengths, key_value_seq_lengths=frame.lengths)
+    else:
+        common |= dict(mask=frame.mask[:, None])
+    return jax.nn.dot_product_attention(
+        q_BxTxNxH, k_BxTxKxH, v_BxTxKxH, implementation="cudnn", **common
+    )
+
+
+def compact_padding(valid_BxT: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The stable order that puts each row's real tokens first ([B, T] slot indices) and its
+    inverse: `take(x, order)` compacts, `take(compacted, inverse)` restores."""
+    order = jnp.argsort(~valid_BxT.astype(bool), axis=1, stable=True)
+    return order, jnp.argsort(order, axis=1)
+
+
 # --- KV cache ----------------------------------------------------------------------------------
 
 
@@ -234,6 +260,7 @@ class Frame(NamedTuple):
     mask: jax.Array  # [B, T, S] query t may attend key slot s
     index: jax.Array | None  # [] slot of the first query token (None: no cache)
     rope: tuple[jax.Array, jax.Array] | None = None  # cos, sin [B, T, H/2] (fused_rope)
+    lengths: jax.Array | None = None  # [B] real tokens, all at the front (padding_as_lengths)
 
     @classmethod
     def full_sequence(cls, valid_BxT: jax.Array, positions_BxT: jax.Array | None = None) -> Frame:
@@ -342,16 +369,7 @@ class Attention(nnx.Module):
             k, v = k_cache.astype(q.dtype), v_cache.astype(q.dtype)
         b, t, n, h = q.shape
         if kv is None and use_cudnn(c, q.dtype):
-            # fused flash attention: causal, plus the frame's mask (padding) as a bias
-            out = jax.nn.dot_product_attention(
-                q,
-                k.astype(q.dtype),
-                v.astype(q.dtype),
-                mask=frame.mask[:, None],
-                is_causal=True,
-                scale=1 / math.sqrt(h),
-                implementation="cudnn",
-            )
+            out = cudnn_attention(q, k.astype(q.dtype), v.astype(q.dtype), frame)
             out = dense(out, self.o[...].astype(out.dtype), in_axes=2)
             return out, kv
         q = q.reshape(b, t, c.num_kv_heads, n // c.num_kv_heads, h)  # [B, T, K, G, H]
@@ -483,10 +501,38 @@ class Transformer(nnx.Module):
         of real tokens before each token, so left padding does not shift positions.
         `embeddings_BxTxD`, if given, replaces the token embeddings (tokens_BxT may be None).
         """
+        if self.config.padding_as_lengths:
+            return self._hidden_states_compacted(
+                tokens_BxT, positions_BxT, attention_mask_BxT, embeddings_BxTxD
+            )
         x = self.embed_tokens(tokens_BxT) if embeddings_BxTxD is None else embeddings_BxTxD
         valid = jnp.ones(x.shape[:2], bool) if attention_mask_BxT is None else attention_mask_BxT
         h, _ = self._trunk(x, Frame.full_sequence(valid, positions_BxT), None)
         return h
+
+    def _hidden_states_compacted(self, tokens_BxT, positions_BxT, valid_BxT, embeddings_BxTxD):
+        """`hidden_states` with each row's real tokens moved to the front first (and back at
+        the end), so the padding reaches attention as lengths (ModelConfig.padding_as_lengths).
+        The same numbers: causal order and positions (counted over real tokens) are kept."""
+        b, t = (tokens_BxT if embeddings_BxTxD is None else embeddings_BxTxD).shape[:2]
+        if valid_BxT is None:  # no padding: nothing to move
+            order = inverse = None
+            valid = jnp.ones((b, t), bool)
+        else:
+            order, inverse = compact_padding(valid_BxT)
+            valid = jnp.take_along_axis(valid_BxT.astype(bool), order, axis=1)
+            if positions_BxT is None:  # counted over the real tokens, as full_sequence does
+                positions_BxT = jnp.maximum(jnp.cumsum(valid_BxT.astype(bool), axis=1) - 1, 0)
+            positions_BxT = jnp.take_along_axis(positions_BxT, order, axis=1)
+            if embeddings_BxTxD is None:
+                tokens_BxT = jnp.take_along_axis(tokens_BxT, order, axis=1)
+            else:
+                embeddings_BxTxD = jnp.take_along_axis(embeddings_BxTxD, order[..., None], 1)
+        x = self.embed_tokens(tokens_BxT) if embeddings_BxTxD is None else embeddings_BxTxD
+        frame = Frame.full_sequence(valid, positions_BxT)
+        frame = frame._replace(lengths=valid.sum(axis=1, dtype=jnp.int32))
+        h, _ = self._trunk(x, frame, None)
+        return h if inverse is None else jnp.take_along_axis(h, inverse[..., None], axis=1)
 
     def __call__(self, tokens_BxT, positions_BxT=None, attention_mask_BxT=None) -> jax.Array:
         """Logits [B, T, V] (float32) for token ids [B, T]."""

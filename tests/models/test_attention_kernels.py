@@ -2,6 +2,7 @@
 the XLA einsums (the GPU test runs only where JAX has an NVIDIA GPU; CI has none)."""
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -9,7 +10,7 @@ from flax import nnx
 
 from tango_jax.config.roles import RoleConfig
 from tango_jax.models import Transformer, presets
-from tango_jax.models.transformer import attention_block, use_cudnn
+from tango_jax.models.transformer import Frame, attention_block, compact_padding, use_cudnn
 from tango_jax.schema import FieldError
 
 on_gpu = jax.default_backend() == "gpu"
@@ -80,10 +81,11 @@ def test_blocked_matches_xla_with_padding_values_and_gradients():
 
 
 @pytest.mark.skipif(not on_gpu, reason="cuDNN flash attention needs an NVIDIA GPU")
-def test_cudnn_matches_xla_with_padding_values_and_gradients():
+@pytest.mark.parametrize("as_lengths", [False, True], ids=["mask", "lengths"])
+def test_cudnn_matches_xla_with_padding_values_and_gradients(as_lengths):
     cfg = presets.get(
         "tiny-qwen2", dtype=jnp.bfloat16, embed_dim=256, num_heads=4, num_kv_heads=2, head_dim=64
-    )
+    ).replace(padding_as_lengths=as_lengths)
     assert use_cudnn(cfg, jnp.bfloat16) and not use_cudnn(cfg, jnp.float32)
     tokens, valid, weights = _padded_batch(cfg, 4, 96)
 
@@ -107,3 +109,124 @@ def test_the_kernel_choice_reaches_a_loaded_model(tmp_path):
     assert from_pretrained(path, attention="xla").config.attention == "xla"
     with pytest.raises(ValueError, match="attention"):
         from_pretrained(path, attention="flash")
+
+
+# --- padding as lengths (ModelConfig.padding_as_lengths) and the cuDNN call's inputs ---
+
+
+def _holey_batch(cfg, b=4, t=40, seed=1):
+    """Left padding, right padding, both, and a hole in the middle of a row."""
+    rng = np.random.default_rng(seed)
+    tokens = jnp.asarray(rng.integers(2, cfg.vocab_size, size=(b, t)), jnp.int32)
+    valid = np.ones((b, t), bool)
+    valid[0, :9] = False
+    valid[1, 25:] = False
+    valid[2, :3] = valid[2, 33:] = False
+    valid[3, 10:14] = False
+    valid = jnp.asarray(valid)
+    return tokens, valid, jnp.asarray(rng.normal(size=(b, t)), jnp.float32) * valid
+
+
+def test_compact_padding_moves_real_tokens_first_in_order():
+    valid = jnp.asarray([[0, 0, 1, 1, 0, 1], [1, 1, 1, 1, 1, 1], [1, 0, 1, 0, 0, 0]], bool)
+    order, inverse = compact_padding(valid)
+    np.testing.assert_array_equal(
+        np.asarray(order), [[2, 3, 5, 0, 1, 4], [0, 1, 2, 3, 4, 5], [0, 2, 1, 3, 4, 5]]
+    )
+    x = jnp.arange(18).reshape(3, 6)
+    back = jnp.take_along_axis(jnp.take_along_axis(x, order, 1), inverse, 1)
+    np.testing.assert_array_equal(np.asarray(back), np.asarray(x))
+
+
+@pytest.mark.parametrize("kernel", ["xla", "xla_blocked"])
+def test_padding_as_lengths_gives_the_same_values_and_gradients(kernel):
+    cfg = presets.get("tiny-qwen2", embed_dim=128, num_heads=4, num_kv_heads=2, head_dim=32)
+    cfg = cfg.replace(attention=kernel)
+    tokens, valid, weights = _holey_batch(cfg, t=150 if kernel == "xla_blocked" else 40)
+    value_m, h_m, g_m = _hidden_and_grads(cfg, kernel, tokens, valid, weights)
+    lengths = cfg.replace(padding_as_lengths=True)
+    value_l, h_l, g_l = _hidden_and_grads(lengths, kernel, tokens, valid, weights)
+    np.testing.assert_allclose(h_l, h_m, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(value_l, value_m, rtol=1e-5, atol=1e-5)
+    for gm, gl in zip(jax.tree.leaves(g_m), jax.tree.leaves(g_l)):
+        np.testing.assert_allclose(np.asarray(gl), np.asarray(gm), rtol=1e-4, atol=1e-6)
+    # no mask at all (every token real): the compaction is skipped, the numbers are the same
+    model = Transformer(lengths, rngs=nnx.Rngs(0))
+    want = Transformer(cfg, rngs=nnx.Rngs(0)).hidden_states(tokens)
+    np.testing.assert_allclose(np.asarray(model.hidden_states(tokens)), np.asarray(want), 1e-5)
+
+
+class _Recorded:
+    """Stands in for cuDNN off the GPU: records what the model passes to
+    jax.nn.dot_product_attention, then runs JAX's reference ("xla") implementation of that
+    same call inside a jit named `_recorded_attention` (a boundary in the jaxpr)."""
+
+    def __init__(self, original):
+        self.original, self.calls = original, []
+
+    def __call__(self, q, k, v, bias=None, mask=None, **kw):
+        self.calls.append(dict(q=q.aval, k=k.aval, v=v.aval, bias=bias, mask=mask, **kw))
+        kw = kw | dict(implementation="xla")
+
+        def _recorded_attention(q, k, v, mask):
+            return self.original(q, k, v, bias, mask, **kw)
+
+        return jax.jit(_recorded_attention)(q, k, v, mask)
+
+
+def _transposes_outside(jaxpr, boundary: str) -> list:
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.params.get("name") == boundary:
+            continue
+        if eqn.primitive.name == "transpose":
+            found.append(eqn)
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            found += _transposes_outside(sub, boundary)
+    return found
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("as_lengths", [False, True], ids=["mask", "lengths"])
+def test_the_flash_path_passes_bf16_btnh_without_a_transpose(monkeypatch, head_dim, as_lengths):
+    """What the cuDNN branch hands to jax.nn.dot_product_attention, checked on a CPU: bf16
+    q [B, T, N, H] and k/v [B, T, K, H] straight from the projections (no transpose in the
+    layer's jaxpr outside the call), the padding as lengths without a mask or bias when
+    padding_as_lengths is on; and the call computes what the einsum kernel does."""
+    from tango_jax.models import transformer
+
+    recorded = _Recorded(jax.nn.dot_product_attention)
+    monkeypatch.setattr(jax.nn, "dot_product_attention", recorded)
+    monkeypatch.setattr(transformer, "use_cudnn", lambda config, dtype: True)
+    cfg = presets.get(
+        "tiny-qwen2", dtype=jnp.bfloat16, embed_dim=256, num_heads=4, num_kv_heads=2,
+        head_dim=head_dim, padding_as_lengths=as_lengths,
+    )  # fmt: skip
+    tokens, valid, weights = _holey_batch(cfg, t=48)
+    _, h_c, g_c = _hidden_and_grads(cfg, "auto", tokens, valid, weights)
+    b, t = tokens.shape
+    assert len(recorded.calls) == cfg.num_layers
+    call = recorded.calls[0]
+    assert call["q"].shape == (b, t, 4, head_dim) and call["k"].shape == (b, t, 2, head_dim)
+    assert call["v"].shape == call["k"].shape
+    assert {call[x].dtype for x in "qkv"} == {jnp.dtype(jnp.bfloat16)}
+    assert call["is_causal"] and call["bias"] is None and call["implementation"] == "cudnn"
+    if as_lengths:
+        assert call["mask"] is None and call["query_seq_lengths"].dtype == jnp.int32
+    else:
+        assert call["mask"].shape == (b, 1, t, t) and "query_seq_lengths" not in call
+
+    layer = Transformer(cfg, rngs=nnx.Rngs(0)).layers[0]
+    x = jnp.zeros((b, t, cfg.embed_dim), jnp.bfloat16)
+    frame = Frame.full_sequence(valid)
+    if as_lengths:
+        frame = frame._replace(lengths=valid.sum(1, dtype=jnp.int32))
+    jaxpr = jax.make_jaxpr(lambda x: layer(x, frame)[0])(x).jaxpr
+    assert not _transposes_outside(jaxpr, "_recorded_attention")
+
+    monkeypatch.undo()  # the einsum kernel, as the reference
+    _, h_x, g_x = _hidden_and_grads(cfg, "xla", tokens, valid, weights)
+    assert np.linalg.norm(h_c - h_x) <= 2e-2 * np.linalg.norm(h_x)  # bf16 operands
+    for gx, gc in zip(jax.tree.leaves(g_x), jax.tree.leaves(g_c)):
+        gx, gc = np.asarray(gx, np.float32), np.asarray(gc, np.float32)
+        assert np.linalg.norm(gc - gx) <= 3e-2 * np.linalg.norm(gx) + 1e-6
