@@ -4,6 +4,7 @@ against a speed; the twin's loss must agree, and every item must have run."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -37,23 +38,23 @@ def test_dry_run_runs_every_item_and_writes_one_dated_table(tmp_path):
     env, rows = table["environment"], table["rows"]
     assert env["backend"] == "cpu" and env["date_utc"][:4].isdigit() and env["driver"] == "none"
     names = [r["item"] for r in rows]
+    train = ["baseline", "vocab_block 128", "fused", "lengths", "all"]
     assert names == [
-        "train tiny-qwen2 mb 2, vocab_block 0",
-        "train tiny-qwen2 mb 2, vocab_block 128",
-        "decode (JAX sampler)",
+        *(f"train tiny-qwen2 mb 2, {s}" for s in train),
+        "decode (JAX sampler), baseline",
+        "decode (JAX sampler), decode_block 2",
         "cuDNN attention test",
     ]
     assert not [r for r in rows if "error" in r or "skipped" in r]
-    for row in rows[:2]:
+    for row in rows[:5]:
         assert row["step_s"] > 0 and row["torch_step_s"] > 0 and row["ratio"] > 0
         jax_loss, torch_loss = row["first_step"]["loss"]
         assert jax_loss == pytest.approx(torch_loss, rel=1e-3, abs=1e-5)  # the same step
-    # The blocked head computes the same step as the whole-vocabulary one.
-    assert rows[0]["first_step"]["loss"][0] == pytest.approx(
-        rows[1]["first_step"]["loss"][0], rel=1e-4, abs=1e-6
-    )
-    assert rows[2]["bandwidth_fraction"] > 0 and rows[2]["decode_tokens_per_s"] > 0
-    assert "skipped" in rows[3]["result"] and "failed" not in rows[3]["result"]
+        # Every switch computes the same step as the baseline.
+        assert jax_loss == pytest.approx(rows[0]["first_step"]["loss"][0], rel=1e-4, abs=1e-6)
+    for row in rows[5:7]:
+        assert row["bandwidth_fraction"] > 0 and row["decode_tokens_per_s"] > 0
+    assert "skipped" in rows[7]["result"] and "failed" not in rows[7]["result"]
     text = out.read_text()
     assert text.startswith("# gpu_check (dry run") and env["date_utc"] in text
     assert all(f"| {name} |" in text for name in names)
@@ -70,4 +71,32 @@ def test_without_dry_run_a_cpu_is_refused_in_one_line():
 
 def test_a_spent_budget_skips_the_remaining_items_and_still_writes_the_table(tmp_path):
     rows = _dry_run(tmp_path / "check.md", budget_s="-1", timeout=300)["rows"]
-    assert len(rows) == 4 and all(r["skipped"].startswith("time budget") for r in rows)
+    assert len(rows) == 8 and all(r["skipped"].startswith("time budget") for r in rows)
+
+
+def test_each_switch_reaches_the_config_and_sampler_the_benchmarks_build(monkeypatch):
+    """The model and sampler switches are set on what bench_train_step / bench_samplers
+    build (they have no flag for them), and only while their item runs."""
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    import bench_samplers
+    import bench_train_step
+    import gpu_check
+
+    args = argparse.Namespace(
+        preset="tiny-qwen2", dtype="float32", remat=False, attention="auto",
+        **{a: 0 for a in bench_train_step.SIZE_FLAGS},
+    )  # fmt: skip
+    plain = bench_train_step.model_config(args)
+    by_name = gpu_check.switches(dry_run=True)
+    with gpu_check._switched(by_name["all"]):
+        cfg = bench_train_step.model_config(args)
+        assert bench_samplers.JaxSampler.keywords == {"decode_block": 0}
+    assert cfg == plain.replace(
+        fused_norm=True, fused_mlp=True, fused_rope=True, padding_as_lengths=True
+    )
+    assert by_name["all"].vocab_block == 128
+    with gpu_check._switched(by_name["decode_block 2"]):
+        assert bench_train_step.model_config(args) == plain
+        assert bench_samplers.JaxSampler.keywords == {"decode_block": 2}
+    assert bench_train_step.model_config(args) == plain  # restored
+    assert not hasattr(bench_samplers.JaxSampler, "keywords")
