@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from scipy import stats
+from scripts_loader import load_script
 
 from tango_jax.eval import paired_study as ps
 
@@ -52,19 +53,7 @@ def test_holm_by_hand():
 
 
 def _study_letters():
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    scripts = Path(__file__).resolve().parents[2] / "scripts" / "study"
-    sys.path.insert(0, str(scripts))  # study_letters imports study
-    try:
-        spec = importlib.util.spec_from_file_location("study_letters", scripts / "study_letters.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(scripts))
-    return module
+    return load_script("study", "study_letters")  # it imports study.py
 
 
 def test_the_letters_table_and_gate_from_curves():

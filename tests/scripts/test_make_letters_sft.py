@@ -3,24 +3,16 @@ first (random init) passes the train command's pre-run checks as written."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
-import sys
 from pathlib import Path
+
+from scripts_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _module():
-    scripts = ROOT / "scripts" / "assets"
-    sys.path.insert(0, str(scripts))  # it imports make_tiny_sft
-    try:
-        spec = importlib.util.spec_from_file_location("mls", scripts / "make_letters_sft.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(scripts))
-    return module
+    return load_script("assets", "make_letters_sft")
 
 
 def _flag(cmd: list[str], name: str) -> str:
