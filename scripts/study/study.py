@@ -137,10 +137,15 @@ def run(
     return f"{variant} seed {seed}: rc {rc}, {minutes:.1f} min"
 
 
+def updates_by_step(run: analysis.Run, key: str) -> dict[int, int]:
+    """global step -> how many rows logging `key` (one per update of its role) came by then."""
+    steps, _ = analysis.series(run, key)
+    return {int(s): int(np.sum(steps <= s)) for s in run["step"]}
+
+
 def generator_updates(run: analysis.Run) -> dict[int, int]:
     """global step -> generator updates done by then (from the rows the generator logged)."""
-    steps, _ = analysis.series(run, "generator/accuracy")
-    return {int(s): int(np.sum(steps <= s)) for s in run["step"]}
+    return updates_by_step(run, "generator/accuracy")
 
 
 def collect(root: Path, seeds: list[int]) -> dict:

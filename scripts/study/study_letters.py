@@ -52,8 +52,7 @@ CONTRASTS = (("oracle", "grpo"), ("tango", "grpo"), ("tango", "fixed_verifier"))
 
 def verifier_updates(run: analysis.Run) -> dict[int, int]:
     """global step -> verifier updates done by then (warm-up included)."""
-    steps, _ = analysis.series(run, "verifier/reward/mean")  # logged by every verifier step
-    return {int(s): int(np.sum(steps <= s)) for s in run["step"]}
+    return study.updates_by_step(run, "verifier/reward/mean")  # logged by every verifier step
 
 
 def collect(root: Path, arms, seeds) -> dict:
