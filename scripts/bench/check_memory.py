@@ -76,7 +76,7 @@ from ml_collections import config_flags  # noqa: E402
 
 from tango_jax.config.run import RunConfig, load_run_config, trained_roles  # noqa: E402
 from tango_jax.models import presets, read_config  # noqa: E402
-from tango_jax.models.config import ModelConfig, dtype_from_name  # noqa: E402
+from tango_jax.models.config import ModelConfig  # noqa: E402
 from tango_jax.parallel.mesh import make_mesh  # noqa: E402
 from tango_jax.rl.memory_plan import (  # noqa: E402
     GB,
@@ -119,12 +119,7 @@ def role_plans(cfg: RunConfig, mesh, layers: list[int] | None) -> dict[str, Step
     out = {}
     for kind in trained_roles(cfg):
         role = cfg.role(kind)
-        numerics = dict(
-            dtype=dtype_from_name(role.dtype),
-            param_dtype=dtype_from_name(role.param_dtype),
-            remat=role.remat,
-            attention=role.attention,
-        )
+        numerics = dict(role.model_numerics(), remat=role.remat)
         mcfg = model_config(role.model.path, role.model.preset, **numerics)
         # The plan is for GPUs: the kernel a GPU would run, or its nearest CPU stand-in.
         mcfg = mcfg.replace(attention=gpu_attention_proxy(mcfg))

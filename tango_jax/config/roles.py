@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from tango_jax.models.config import ATTENTION_KERNELS
+from tango_jax.models.config import ATTENTION_KERNELS, dtype_from_name
 from tango_jax.models.presets import PRESETS
 from tango_jax.rl.train_step import TrainerConfig
 from tango_jax.rollout.vllm.config import VLLMConfig
@@ -42,10 +42,21 @@ class SamplerSettings:
     backend: SamplerBackend = SamplerBackend.JAX  # jax | vllm
     max_rows: int = 256  # JAX sampler: rows per compiled call
     prompt_bucket: int = 64  # JAX sampler and train batches: prompt widths rounded up to this
+    # JAX sampler: 0 = every decode step attends over the whole preallocated cache; N > 0 =
+    # decode in chunks of N, 2N, 4N, ... steps, each attending over the filled prefix only
+    # (same tokens; rollout/jax_sampler.py, A/B on a GPU with scripts/bench/gpu_check.py)
+    decode_block: int = 0
     vllm: VLLMConfig = VLLMConfig()  # backend = vllm: the servers (rollout/vllm/config.py)
 
     def __post_init__(self):
-        check_fields(self, {"max_rows": at_least(1), "prompt_bucket": at_least(1)})
+        check_fields(
+            self,
+            {
+                "max_rows": at_least(1),
+                "prompt_bucket": at_least(1),
+                "decode_block": at_least(0, " (0: attend over the whole cache)"),
+            },
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +94,14 @@ class RoleConfig:
     # else XLA einsums), "xla", "xla_blocked" (causal einsums 64 queries at a time; 3-10%
     # faster train steps on CPUs) or "cudnn" (see tango_jax.models.ModelConfig.attention)
     attention: str = "auto"
+    # Fused layer variants, same numbers up to float rounding, off until a GPU measurement says
+    # they help (tango_jax.models.ModelConfig documents each; scripts/bench/gpu_check.py A/Bs
+    # them): RMSNorm with a hand-written float32 backward, SwiGLU's gate and up as one matmul,
+    # rope's cos/sin once per forward, and padding passed to attention as per-row lengths.
+    fused_norm: bool = False
+    fused_mlp: bool = False
+    fused_rope: bool = False
+    padding_as_lengths: bool = False
     enable: bool = True  # verifier only: False = plain rule-reward RL (no verifier at all)
     # False: the model is never updated (the verifier: the fixed-verifier ablation; the
     # generator: the fixed-generator ablation, every step a verifier step)
@@ -116,6 +135,19 @@ class RoleConfig:
                 "response_bucket": at_least(1),
                 "eval_max_tokens": at_least(0, " (0: rollout.max_tokens)"),
             },
+        )
+
+    def model_numerics(self) -> dict:
+        """The ModelConfig fields this role sets on its checkpoint's architecture (the keyword
+        arguments of `models.hf.from_pretrained` / `read_config`), except remat."""
+        return dict(
+            dtype=dtype_from_name(self.dtype),
+            param_dtype=dtype_from_name(self.param_dtype),
+            attention=self.attention,
+            fused_norm=self.fused_norm,
+            fused_mlp=self.fused_mlp,
+            fused_rope=self.fused_rope,
+            padding_as_lengths=self.padding_as_lengths,
         )
 
     @property

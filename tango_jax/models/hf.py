@@ -253,6 +253,7 @@ def from_pretrained(
     remat: bool = False,
     attention: str = "auto",
     rules=LOGICAL_RULES,
+    **variants,
 ) -> Transformer:
     """Loads a local HF checkpoint directory straight into a model sharded over `mesh`.
 
@@ -260,10 +261,11 @@ def from_pretrained(
     (`jax.make_array_from_callback`), so the whole model never sits on one device; host memory
     peaks at one tensor. `mesh=None` uses the first device. Raises `CheckpointError` naming the
     file or tensor for missing/truncated files, unsupported architectures and shape mismatches.
+    `variants`: other ModelConfig fields (fused_norm, fused_mlp, fused_rope, padding_as_lengths).
     """
     path = Path(path)
     config = read_config(
-        path, dtype=dtype, param_dtype=param_dtype, remat=remat, attention=attention
+        path, dtype=dtype, param_dtype=param_dtype, remat=remat, attention=attention, **variants
     )
     if mesh is None:
         mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])

@@ -13,7 +13,6 @@ from flax import nnx
 
 from tango_jax.config.roles import RoleConfig, SamplerBackend
 from tango_jax.models import ModelConfig, Transformer, from_pretrained, read_config
-from tango_jax.models.config import dtype_from_name
 from tango_jax.models.tokenizer import load_tokenizer
 from tango_jax.rl.trainer import Trainer
 from tango_jax.rollout.base import Completion, Prompt, Sampler, SamplingParams
@@ -113,7 +112,12 @@ def make_sampler(
     s = cfg.sampler
     if s.backend is SamplerBackend.JAX:
         return JaxSampler(
-            model, tokenizer, mesh=mesh, max_rows=s.max_rows, prompt_bucket=s.prompt_bucket
+            model,
+            tokenizer,
+            mesh=mesh,
+            max_rows=s.max_rows,
+            prompt_bucket=s.prompt_bucket,
+            decode_block=s.decode_block,
         )
     return _vllm_sampler(cfg, model, model_config, init_path)
 
@@ -141,11 +145,7 @@ def build_role(
     """Loads the model (sharded), its tokenizer, a frozen reference copy for the KL term (only
     when the loss uses one), the trainer and the sampler. A frozen role sampled by vLLM loads
     no JAX parameters at all."""
-    numerics = dict(
-        dtype=dtype_from_name(cfg.dtype),
-        param_dtype=dtype_from_name(cfg.param_dtype),
-        attention=cfg.attention,
-    )
+    numerics = cfg.model_numerics()
     tokenizer = load_tokenizer(init_path)
     model = None
     if with_trainer or cfg.sampler.backend is SamplerBackend.JAX:

@@ -35,7 +35,6 @@ from tango_jax.data.prompts import DataSource
 from tango_jax.metrics.wandb import wandb_sink
 from tango_jax.metrics.writer import MetricsWriter, NoMetrics, Progress, StepClock
 from tango_jax.models import from_pretrained, save_pretrained
-from tango_jax.models.config import dtype_from_name
 from tango_jax.models.tiny import write_tiny_checkpoint
 from tango_jax.models.tokenizer import load_tokenizer, tiny_tokenizer
 from tango_jax.rl.batch import make_batch
@@ -301,9 +300,7 @@ def run_sft(
         init_path,
         mesh=mesh,
         remat=role_cfg.remat,
-        attention=role_cfg.attention,
-        dtype=dtype_from_name(role_cfg.dtype),
-        param_dtype=dtype_from_name(role_cfg.param_dtype),
+        **role_cfg.model_numerics(),
     )
     trainer = Trainer(model, stage.trainer, mesh=mesh)  # cosine horizon: stage.steps (derived)
     rng = np.random.default_rng(seed)
