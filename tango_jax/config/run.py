@@ -91,6 +91,10 @@ class AlgorithmConfig:
     class_ema_decay: float = 0.8
     step_source: StepSource = StepSource.VERIFIER  # verifier | oracle (needs no verifier)
     oracle_flip_prob: float = 0.0  # oracle only: probability q that a step label is flipped
+    # oracle only: also judge the closing tokens after the last step (the decision to answer)
+    # as one more step, -1 unless the solution is right; a solution that stops early is then
+    # wrong at its closing, not at its last (correct) step (run/oracle_feedback.py)
+    oracle_closing_step: bool = False
 
     def __post_init__(self):
         check_fields(
@@ -341,6 +345,13 @@ def _check_algorithm(c: RunConfig) -> None:
             "algorithm.oracle_flip_prob",
             a.oracle_flip_prob,
             "flips oracle step labels; set algorithm.step_source='oracle' or leave it 0.",
+        )
+    if a.oracle_closing_step and a.step_source is not StepSource.ORACLE:
+        _fail(
+            "algorithm.oracle_closing_step",
+            a.oracle_closing_step,
+            "judges the closing tokens with the oracle; set algorithm.step_source='oracle' or "
+            "leave it False.",
         )
 
 

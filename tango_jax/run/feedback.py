@@ -45,6 +45,14 @@ class Judgment:
     verification: formats.Verification
     format_score: float  # verifier format score
     reward: float  # 1[verdict == correct] + γ·format, 0 if the verdict is unparsable
+    # the last step judgment is of the closing tokens after the last step (only the oracle
+    # gives one: algorithm.oracle_closing_step); its reward sits on the response's last token
+    closing: bool = False
+
+    def step_rewards(self, num_steps: int) -> list[float] | None:
+        """±1/K' step rewards of a solution with `num_steps` steps, K' counting the closing
+        judgment if there is one (`rewards.step_rewards`)."""
+        return rewards.step_rewards(num_steps + self.closing, self.verification.step_judgments)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,7 +178,8 @@ def step_reward_arrays(
     tokenizer,
     response_slots: int,
 ) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
-    """Step rewards ±1/K at the token that completes each step's `</step>`.
+    """Step rewards ±1/K at the token that completes each step's `</step>` (and, for a
+    judgment with a closing step, at the response's last token).
 
     Returns step_rewards [B, NV, R], step_mask [B, NV, R] (1 where a step reward sits) and
     statistics. A (solution, verification) pair contributes only if the verifier returned
@@ -186,12 +195,13 @@ def step_reward_arrays(
         ends = rewards.step_end_token_indices(
             sol.steps, rewards.token_char_ends(tokenizer, sol.completion.token_ids)
         )
+        last = len(sol.completion.token_ids) - 1
         for j, jd in enumerate(row):
-            r = rewards.step_rewards(len(sol.steps), jd.verification.step_judgments)
+            r = jd.step_rewards(len(sol.steps))
             if r is None:
                 continue
             aligned += 1
-            for pos, value in zip(ends, r):
+            for pos, value in zip([*ends, last] if jd.closing else ends, r):
                 if pos < response_slots:
                     values[i, j, pos] += value
                     mask[i, j, pos] = 1.0

@@ -19,11 +19,13 @@ Fields of a row (docs/outputs.md shows one):
                          verdicts when algorithm.ground_truth_weight < 1, plus the format weight)
     advantage            G steps: the generator's advantage at the first response token
     step_advantages      G steps with step rewards: the advantage at each step's last token
+    closing_advantage    G steps with the oracle's closing step: the advantage at the last token
     verifications        the verifier's outputs about this solution (G steps: its feedback,
                          none in the generator warm-up; V steps: the n samples trained on),
                          each {text, step_judgments (+1/-1), verdict (1 correct, 0
                          incorrect, null unreadable), format_score, reward, step_rewards (±1/K
-                         per step, null when the judgments do not match the K steps)} and, in
+                         per step, null when the judgments do not match the K steps), closing
+                         (the last judgment is the oracle's, of the closing tokens)} and, in
                          V steps, advantage (the verifier's, for that output)
 """
 
@@ -54,7 +56,8 @@ def _judgment(sol: Solution, j: Judgment) -> dict[str, Any]:
         "verdict": v.verdict,
         "format_score": j.format_score,
         "reward": j.reward,
-        "step_rewards": rewards.step_rewards(len(sol.steps), v.step_judgments),
+        "step_rewards": j.step_rewards(len(sol.steps)),
+        "closing": j.closing,
     }
 
 
@@ -113,6 +116,9 @@ def generator_rows(
             t = advantages_BxT.shape[1]
             row["step_advantages"] = [float(advantages_BxT[i, e]) if e < t else None for e in ends]
         judged = rollouts.judged[i] if rollouts.judged is not None else []
+        if with_step_advantages and any(j.closing for j in judged):
+            last = len(sol.completion.token_ids) - 1
+            row["closing_advantage"] = float(advantages_BxT[i, last]) if last < t else None
         row["verifications"] = [_judgment(sol, j) for j in judged]
         rows.append(row)
     return rows

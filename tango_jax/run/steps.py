@@ -180,6 +180,7 @@ def collect(
                 judged = oracle_feedback.oracle_judged(
                     solutions,
                     flip_prob=ctx.cfg.algorithm.oracle_flip_prob,
+                    closing_step=ctx.cfg.algorithm.oracle_closing_step,
                     seed=ctx.cfg.seed,
                     step=global_step,
                 )

@@ -184,3 +184,65 @@ def test_oracle_config_checks():
         load_run_config(_letters_config(oracle_flip_prob=0.2))
     with pytest.raises(ConfigError, match="oracle_flip_prob"):
         load_run_config(_letters_config(step_source="oracle", oracle_flip_prob=1.5))
+
+
+@pytest.mark.parametrize(
+    "first_error, num_steps, correct, want",
+    [
+        (-1, 3, True, (1, 1, 1, 1)),
+        (-1, 3, False, (1, 1, 1, -1)),  # every step right, the answer wrong: the closing is
+        (0, 3, False, (-1, -1, -1, -1)),
+        (1, 3, False, (1, -1, -1, -1)),
+        (3, 3, False, (1, 1, 1, -1)),  # a missing step: wrong at the closing, not step 3
+        (5, 2, False, (1, 1, -1)),
+        (0, 0, False, (-1,)),
+    ],
+)
+def test_oracle_closing_judgments_by_hand(first_error, num_steps, correct, want):
+    got = oracle_judgments(first_error, num_steps, closing=True, correct=correct)
+    assert got == want
+
+
+def test_oracle_closing_step_sits_on_the_last_token():
+    """With the closing step, the stopped-early rollout keeps +1 on its written steps and gets
+    -1 at its last token; every rollout has K + 1 rewards of ±1/(K + 1), the closing one at the
+    last response token, and the tokens after the last `</step>` get that reward's z-score as
+    their step advantage (0 without the closing step)."""
+    tok = tiny_tokenizer()
+    sols = [_solution(tok, s, a) for s, a in ROLLOUTS]
+    judged = oracle_judged(sols, flip_prob=0.0, seed=0, step=1, closing_step=True)
+    assert [row[0].verification.step_judgments for row in judged] == [
+        (1, 1, 1, 1),
+        (1, -1, -1, -1),
+        (1, 1, -1, -1),
+        (1, 1, -1),
+    ]
+    assert all(row[0].closing for row in judged)
+    slots = 96
+    r, m, stats = step_reward_arrays(sols, judged, tok, slots)
+    assert stats["step_rewards/aligned_frac"] == 1.0 and stats["step_rewards/count"] == 15
+    for i, s in enumerate(sols):
+        last = len(s.completion.token_ids) - 1
+        k = len(s.steps) + 1
+        assert m[i, 0, last] == 1 and m[i, 0, last + 1 :].sum() == 0
+        assert r[i, 0, last] == pytest.approx(judged[i][0].verification.step_judgments[-1] / k)
+        assert m[i, 0].sum() == k
+    assert r[3, 0][m[3, 0] > 0].tolist() == pytest.approx([1 / 3, 1 / 3, -1 / 3])
+    mask = np.zeros((4, slots), np.float32)
+    for i, s in enumerate(sols):
+        mask[i, : len(s.completion.token_ids)] = 1
+    step = grpo_step(r, m, 4)
+    ends = [np.flatnonzero(m[i, 0]) for i in range(4)]
+    # between the last </step> and the last token: the closing z-score alone
+    z_last = step[3, ends[3][-1]]
+    assert z_last < 0 and np.all(step[3, ends[3][-2] + 1 : ends[3][-1] + 1] == z_last)
+    plain = oracle_judged(sols, flip_prob=0.0, seed=0, step=1)
+    r0, m0, _ = step_reward_arrays(sols, plain, tok, slots)
+    assert np.all(grpo_step(r0, m0, 4)[3, ends[3][-2] + 1 :] == 0)
+
+
+def test_oracle_closing_config_check():
+    cfg = load_run_config(_letters_config(step_source="oracle", oracle_closing_step=True))
+    assert cfg.algorithm.oracle_closing_step
+    with pytest.raises(ConfigError, match="algorithm.oracle_closing_step"):
+        load_run_config(_letters_config(oracle_closing_step=True))
