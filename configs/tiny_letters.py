@@ -13,10 +13,12 @@ The config string is VARIANT[,OPTION...]; OPTION is `scratch` (random init and t
 the run instead of the shipped SFT checkpoints), `q=Q` (noisy_oracle's flip probability,
 default 0.2) or `alpha0=A` (the α schedule's start, default the paper's 0.1 for GRPO).
 
-The task (tango_jax/data/last_letter.py): words of 2-4 random letters; RL on 2-6 words, held-out
-evaluation on 2-6 words (in-distribution) and 7-8 words (unseen lengths), each bucket reported
-apart; the format SFT of both models on 2-3 words. The paper's lengths (RL 2-10, test 2-12,
-SFT 2-4) scaled by about 0.6 for a 2-layer model on a CPU.
+The task (tango_jax/data/last_letter.py): words of 2-4 random letters; RL on 4-6 words, held-out
+evaluation on 4-6 words (in-distribution) and 7-8 words (unseen lengths), each bucket reported
+apart; the SFT on 2-6 words (make_letters_sft.py). The paper's lengths (RL 2-10, test 2-12,
+SFT 2-4) scaled by about 0.6 for a 2-layer model on a CPU; RL leaves out the 2-3 word lists,
+which the SFT generator mostly gets right, so that more groups are all wrong and a step signal
+has more to add (setting 3, docs/last_letter.md).
 
 Arms (every arm starts from the same SFT checkpoints, samples the same prompt stream and is
 evaluated on the same held-out samples per seed, so differences are paired):
@@ -24,7 +26,9 @@ evaluated on the same held-out samples per seed, so differences are paired):
   * grpo: outcome reward only, no verifier;
   * fixed_verifier: the SFT verifier's step judgments, the verifier never updated;
   * oracle: the task's step truth (+1 before the first wrong step, -1 from it on) through the
-    same step-advantage path (tango/oracle_feedback.py), no verifier;
+    same step-advantage path (run/oracle_feedback.py), no verifier; it also judges the closing
+    tokens after the last step (algorithm.oracle_closing_step), so a solution that stops early
+    is wrong where it stops;
   * noisy_oracle: the oracle's labels, each flipped with probability q;
   * fixed_generator: the verifier's RL on the frozen SFT generator, as many verifier updates as
     tango makes (its step-F1 curve; paper Fig. 4).
@@ -88,6 +92,7 @@ def get_config(arg: str = "tango"):
     # the SFT's word counts: the whole RL range (make_letters_sft.py: format SFT on 2-3 words,
     # then this length SFT on 2-6 words, then the verifier's SFT)
     c.data.letters.sft_max_words = 6
+    c.data.letters.min_words = 4  # RL and evaluation; the SFT commands set 2
     c.data.eval_size = 350
     c.eval.sampled = True
     c.eval.sampled_n = 4
@@ -150,4 +155,5 @@ def get_config(arg: str = "tango"):
     if variant in ("oracle", "noisy_oracle"):
         c.algorithm.step_source = "oracle"
         c.algorithm.oracle_flip_prob = q if variant == "noisy_oracle" else 0.0
+        c.algorithm.oracle_closing_step = True
     return c

@@ -41,7 +41,12 @@ def phase_commands(
     work: Path, seed: int, verifier_steps: int, extra: list[str], length_steps: int = 500
 ) -> list[list[str]]:
     train = [sys.executable, "-m", "tango_jax.train", "--config"]
-    common = [f"--config.seed={seed}", "--config.schedule.total_steps=0"]
+    # the SFT covers the short lists too (2-6 words), whatever word counts RL draws
+    common = [
+        f"--config.seed={seed}",
+        "--config.schedule.total_steps=0",
+        "--config.data.letters.min_words=2",
+    ]
     overrides = [f"--config.{o}" for o in extra]
     return [
         [
