@@ -37,7 +37,14 @@ ALWAYS = {"name", "run_dir"}
 
 def test_arms_differ_only_where_they_should():
     grpo, oracle = _cfg("grpo"), _cfg("oracle")
-    assert _diff(grpo, oracle) - ALWAYS == {"algorithm.step_rewards", "algorithm.step_source"}
+    assert _diff(grpo, oracle) - ALWAYS == {
+        "algorithm.step_rewards",
+        "algorithm.step_source",
+        "algorithm.oracle_closing_step",
+    }
+    # setting 3: RL on 4-6 words, the oracle judges the closing tokens (docs/last_letter.md)
+    assert (grpo.data.letters.min_words, grpo.data.letters.max_words) == (4, 6)
+    assert oracle.algorithm.oracle_closing_step and not grpo.algorithm.oracle_closing_step
     noisy = _cfg("noisy_oracle,q=0.3")
     assert _diff(oracle, noisy) - ALWAYS == {"algorithm.oracle_flip_prob"}
     assert noisy.algorithm.oracle_flip_prob == 0.3 and oracle.algorithm.oracle_flip_prob == 0.0

@@ -33,6 +33,8 @@ def test_phases_start_from_each_other(tmp_path):
     for cmd in (phase1, phase2, phase3):
         assert _flag(cmd, "seed") == "3" and _flag(cmd, "eval.sampled_n") == "2"
         assert _flag(cmd, "schedule.total_steps") == "0"
+        # the SFT covers 2-6 words whatever the config's RL range (4-6 since setting 3)
+        assert _flag(cmd, "data.letters.min_words") == "2"
     proc = subprocess.run(
         [*phase1, "--dry_run"], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
