@@ -44,13 +44,12 @@ def oracle_judgments(
         raise ValueError(
             f"num_steps ({num_steps}) must be >= 0 and first_error ({first_error}) >= -1."
         )
-    if closing:
-        wrong_from = num_steps + (correct and first_error == -1)
-        if first_error != -1:
-            wrong_from = min(first_error, num_steps)
-        return tuple(1 if k < wrong_from else -1 for k in range(num_steps + 1))
-    wrong_from = num_steps if first_error == -1 else min(first_error, num_steps - 1)
-    return tuple(1 if k < wrong_from else -1 for k in range(num_steps))
+    judged = num_steps + closing  # the closing tokens are judgment num_steps, if judged
+    if first_error == -1:
+        wrong_from = num_steps + (closing and correct)  # a wrong answer after right steps
+    else:  # at or beyond num_steps: a missing step, wrong at the closing or the last step
+        wrong_from = min(first_error, judged - 1)
+    return tuple(1 if k < wrong_from else -1 for k in range(judged))
 
 
 def flipped(judgments: Sequence[int], flip_prob: float, draws: Draws) -> tuple[int, ...]:
