@@ -55,6 +55,17 @@ def verifier_updates(run: analysis.Run) -> dict[int, int]:
     return study.updates_by_step(run, "verifier/reward/mean")  # logged by every verifier step
 
 
+def finished(path: Path) -> bool:
+    """Whether the run in `path` logged its config's last step (a run still going, or stopped
+    and not yet resumed, is left out of the summary)."""
+    if not (path / "metrics.jsonl").exists() or not (path / "config.json").exists():
+        return False
+    total = json.loads((path / "config.json").read_text())["schedule"]["total_steps"]
+    with open(path / "metrics.jsonl") as f:
+        last = max((json.loads(line).get("step", -1) for line in f if line.strip()), default=-1)
+    return last >= total
+
+
 def collect(root: Path, arms, seeds) -> dict:
     """{arm: {seed: {metric: [[generator updates, value, global step, verifier updates],
     ...]}}}."""
@@ -62,7 +73,7 @@ def collect(root: Path, arms, seeds) -> dict:
     for arm in arms:
         for seed in seeds:
             path = study.run_dir(root, arm, seed)
-            if not (path / "metrics.jsonl").exists():
+            if not finished(path):
                 continue
             run = analysis.load_runs({"r": path})["r"]
             updates, v_updates = study.generator_updates(run), verifier_updates(run)
@@ -78,10 +89,21 @@ def collect(root: Path, arms, seeds) -> dict:
     return out
 
 
+def once_per_update(curve: list) -> list:
+    """A generator curve with one point per generator-update count, the first: Tango evaluates
+    again at the end of the verifier's warm-up, when the generator is still the SFT one."""
+    seen, out = set(), []
+    for point in curve:
+        if point[0] not in seen:
+            seen.add(point[0])
+            out.append(point)
+    return out
+
+
 def per_run(results: dict, arm: str, seed: int) -> dict[str, float] | None:
     """The summaries of one finished run (None when it has no primary curve of 2+ points)."""
     curves = results.get(arm, {}).get(str(seed), {})
-    c = curves.get(PRIMARY, [])
+    c = once_per_update(curves.get(PRIMARY, []))
     if len(c) < 2:
         return None
     xy = [p[:2] for p in c]
@@ -241,7 +263,7 @@ def plot(results: dict, arms, seeds, path: Path) -> None:
     for ax, (metric, label) in zip(axes, METRICS.items()):
         for arm in arms:
             curves = [results.get(arm, {}).get(str(s), {}).get(metric) for s in seeds]
-            curves = [c for c in curves if c]
+            curves = [c if metric == F1 else once_per_update(c) for c in curves if c]
             if not curves:
                 continue
             n = min(len(c) for c in curves)

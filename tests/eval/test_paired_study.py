@@ -117,3 +117,32 @@ def test_the_letters_verifier_rows_find_the_f1_peak_in_verifier_updates():
     cells = [c.strip() for c in row.split("|")[1:-1]]
     assert cells[1] == "3" and cells[2].startswith("0.100") and cells[3].startswith("0.520")
     assert cells[4].startswith("8.0") and cells[5].startswith("0.450") and cells[6] == "12"
+
+
+def test_the_letters_tango_curve_counts_the_warmup_evaluation_once():
+    sl = _study_letters()
+    # Tango evaluates at step 0 and again after 10 verifier warm-up steps (0 generator updates)
+    grpo = [[0, 0.3, 0], [12, 0.33, 12], [24, 0.36, 24]]
+    tango = [[0, 0.3, 0], [0, 0.3, 10], [12, 0.33, 25], [24, 0.39, 41]]
+    results = {"grpo": {"1": {sl.PRIMARY: grpo}}, "tango": {"1": {sl.PRIMARY: tango}}}
+    r = sl.per_run(results, "tango", 1)
+    # trapezoids (0.3 + 0.33) / 2 * 12 + (0.33 + 0.39) / 2 * 12, over 24 updates
+    assert r["auc"] == pytest.approx(((0.3 + 0.33) * 6 + (0.33 + 0.39) * 6) / 24)
+    assert r["start"] == 0.3 and r["final"] == 0.39
+    # GRPO's final 0.36 is reached halfway from update 12 to 24: at 18, global step 33
+    assert r["to_grpo_final"] == pytest.approx(18)
+    assert r["to_grpo_final_global"] == pytest.approx(33)
+
+
+def test_the_letters_summary_leaves_out_unfinished_runs(tmp_path):
+    import json
+
+    sl = _study_letters()
+    (tmp_path / "config.json").write_text(json.dumps({"schedule": {"total_steps": 3}}))
+    assert not sl.finished(tmp_path)  # no metrics yet
+    rows = [{"step": 0, "phase": "eval"}, {"step": 1}, {"step": 2}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert not sl.finished(tmp_path)  # stopped at step 2 of 3
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"step": 3}) + "\n")
+    assert sl.finished(tmp_path)
