@@ -23,6 +23,7 @@ from tango_jax.data.last_letter import (
     reference_solution,
     slipped_solution,
 )
+from tango_jax.run.oracle_feedback import oracle_judgments
 from tango_jax.text import formats, templates
 
 
@@ -60,7 +61,7 @@ def main(argv: list[str]) -> int:
             said = {1: "CORRECT", 0: "INCORRECT"}.get(v.verdict, "unreadable")
             verdicts[f"{kind} -> {said}"] += 1
             wrong_at = first_error(problem, [s.text for s in formats.split_steps(solution.text)])
-            truth = [1 if wrong_at < 0 or j < wrong_at else -1 for j in range(k)]
+            truth = oracle_judgments(wrong_at, k)
             steps += k
             steps_right += sum(a == b for a, b in zip(v.step_judgments, truth))
             if shown < args.show:
