@@ -32,6 +32,13 @@ still above cuDNN's memory); a forced "xla", or float32, through the einsums ove
 scores (`rl.memory_plan.gpu_attention_proxy`). Until 2026-11-26 every plan used the einsums:
 7.5 GB of float32 scores per 8192-token row and layer that cuDNN never writes.
 
+The CPU compiler's all-reduce combiner is left out (`--xla_disable_hlo_passes=
+cpu-all-reduce-combiner`): it has no size limit and merges every layer's gradient reduction
+into one all-reduce at the end of the backward pass, so its plan holds all layers' unsharded
+float32 gradients at once (20 GB of the 7B generator's whole-depth plan); a GPU's combiner
+stops at a threshold far below one 7B layer's gradients. `--cpu_combiner` keeps it, for the
+plans recorded before 2026-11-27 (docs/scaling.md).
+
 Caveat: the plan is the CPU compiler's. GPU XLA fuses differently and assigns buffers
 differently (and CPU may widen bf16 arithmetic to f32), so read the temporaries as an estimate
 of the GPU's, not as its figure; the parameter, optimizer-state and batch bytes are exact.
@@ -43,6 +50,10 @@ from __future__ import annotations
 import os
 import re
 import sys
+
+
+def _cpu_combiner(argv: list[str]) -> bool:
+    return "--cpu_combiner" in argv or "--cpu_combiner=true" in argv
 
 
 def _simulated_devices(argv: list[str]) -> int:
@@ -66,6 +77,13 @@ if __name__ == "__main__":  # before jax is imported: the simulated devices
         f"{flags_env} --xla_force_host_platform_device_count={_simulated_devices(sys.argv)}"
         " --xla_cpu_enable_concurrency_optimized_scheduler=false"
     )
+    # The CPU's all-reduce combiner has no size limit and merges every layer's gradient
+    # reduction into one, keeping all layers' unsharded float32 gradients alive at once; a
+    # GPU's combines only up to a threshold far below one large layer's gradients, so the plan
+    # leaves the CPU's out (docs/scaling.md). --cpu_combiner keeps it (the plans before
+    # 2026-11-27).
+    if not _cpu_combiner(sys.argv):
+        os.environ["XLA_FLAGS"] += " --xla_disable_hlo_passes=cpu-all-reduce-combiner"
 
 import json  # noqa: E402
 import time  # noqa: E402
@@ -93,6 +111,11 @@ flags.mark_flags_as_required(["config"])
 flags.DEFINE_integer("devices", 8, "simulated devices (the trainer's GPUs)")
 flags.DEFINE_string("layers", "4,8", "two depths to extrapolate from, or 'full'")
 flags.DEFINE_string("json_out", "", "also write the table as JSON to this file")
+flags.DEFINE_bool(
+    "cpu_combiner",
+    False,
+    "keep the CPU compiler's unbounded all-reduce combiner (read before jax is imported)",
+)
 FLAGS = flags.FLAGS
 
 BUDGETS_GB = {"A100/H100 80GB": 80.0, "H200 141GB": 141.0}
@@ -209,7 +232,9 @@ def main(argv: list[str]) -> int:
     print(
         f"\n{cfg.name}, mesh {dict(mesh.shape)}, "
         + ("compiled at full depth" if layers is None else f"extrapolated from {layers} layers")
-        + " (CPU compiler's plan; GB per device)\n"
+        + " (CPU compiler's plan, "
+        + ("with" if FLAGS.cpu_combiner else "without")
+        + " its all-reduce combiner; GB per device)\n"
     )
     print_table(rows)
     if FLAGS.json_out:

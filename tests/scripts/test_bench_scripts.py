@@ -78,3 +78,31 @@ def test_sampler_benchmark_rejects_a_preset_for_vllm():
     )
     assert proc.returncode == 2
     assert "--preset has no checkpoint for vLLM" in proc.stderr
+
+
+def test_check_memory_plans_both_roles_without_the_cpu_combiner(tmp_path):
+    out = tmp_path / "plan.json"
+    script = ROOT / "scripts" / "bench" / "check_memory.py"
+    args = ["--config", str(ROOT / "configs" / "tiny_arith.py"), "--layers", "full"]
+    proc = subprocess.run(
+        [sys.executable, str(script), *args, "--json_out", str(out)],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "XLA_FLAGS"},
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "compiled at full depth (CPU compiler's plan, without its all-reduce combiner" in (
+        proc.stdout
+    )
+    rows = {r["step"]: r for r in json.loads(out.read_text())}
+    assert set(rows) == {"generator", "verifier"}
+    for name, r in rows.items():
+        other = rows["verifier" if name == "generator" else "generator"]
+        assert r["params"] > 0 and r["opt_state"] == pytest.approx(2 * r["params"], rel=0.01)
+        assert r["step_peak"] == pytest.approx(
+            r["xla_arguments"] + r["xla_outputs_not_aliased"] + r["xla_temporaries"]
+        )
+        assert r["device_total"] == pytest.approx(r["step_peak"] + r["other_model_resident"])
+        assert r["headroom A100/H100 80GB"] == pytest.approx(1 - r["device_total"] / 80)
+        assert r["other_model_resident"] >= other["params"]
