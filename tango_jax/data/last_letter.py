@@ -64,6 +64,7 @@ class LetterConfig:
     eval_fraction: float = 0.1  # share of all problems (by question hash) that is held out
     slip_fraction: float = 0.2  # generator SFT: share of solutions with one wrong letter
     verifier_correct_fraction: float = 0.5  # verifier SFT: share of correct solutions
+    verifier_one_word: float = 0.5  # verifier SFT: share of one-word problems (labelled step)
 
     def __post_init__(self):
         checks = [
@@ -80,6 +81,7 @@ class LetterConfig:
             (0.0 < self.eval_fraction < 1.0, "0 < eval_fraction < 1"),
             (0.0 <= self.slip_fraction <= 1.0, "0 <= slip_fraction <= 1"),
             (0.0 <= self.verifier_correct_fraction <= 1.0, "0 <= verifier_correct_fraction <= 1"),
+            (0.0 <= self.verifier_one_word <= 1.0, "0 <= verifier_one_word <= 1"),
         ]
         for ok, rule in checks:
             if not ok:

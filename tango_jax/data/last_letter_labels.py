@@ -5,10 +5,12 @@ SFT (App. D.2: a short format SFT of both models on short word lists):
   * generator: (prompt, solution) on `min_words`..`sft_max_words` words; `slip_fraction` of the
     solutions carry one wrong letter (the paper's SFT data are not filtered for correctness);
   * verifier: (verifier prompt, transcript) labelled by the outcome only. The verdict is the
-    label; each step's analysis recomputes the word's last letter ("kaz ends in z"); the K step
+    label; each step's analysis restates the step and sets the word's last letter beside the
+    letter the step wrote ("kaz: p, z p"); the K step
     judgments of a K > 1 solution carry no loss (their text is the outcome label, with one
     INCORRECT at a random step of a wrong solution, but nothing is taught about them). A share
-    `one_word` of the examples are one-word problems, whose single step judgment is the outcome
+    `verifier_one_word` of the examples are one-word problems, whose single step judgment is
+    the outcome
     and so is labelled: the check of one step, what a pretrained verifier brings
     (docs/miniature.md found the same design best on arithmetic). No step label of a K > 1
     solution is used anywhere.
@@ -40,14 +42,21 @@ from tango_jax.text.process_bench import ProcessItem
 def verification_transcript(solution: LetterSolution, *, seed: int) -> str:
     """The verifier SFT target for `solution` from its outcome label: all CORRECT for a right
     solution; for a wrong one, one INCORRECT at a step drawn at random (seeded by (seed,
-    question)), independent of where the error is. Each analysis recomputes the last letter."""
+    question)), independent of where the error is. Each analysis restates the step's word and
+    letter, then sets the word's last letter beside the step's ("kaz: p, z p"): the two letters
+    a judgment compares, side by side, which the 2-layer model learns to compare (it did not
+    when they were apart; docs/last_letter.md)."""
     words = solution.problem.words
     if solution.correct:
         judgments = [1] * len(words)
     else:
         wrong = Draws("letter-verifier-location", seed, solution.problem.question).below(len(words))
         judgments = [-1 if i == wrong else 1 for i in range(len(words))]
-    analyses = [f"Step {i + 1} Analysis: {w} ends in {w[-1]}." for i, w in enumerate(words)]
+    letters = solution.letters
+    analyses = [
+        f"Step {i + 1} Analysis: {w}: {letters[i]}, {w[-1]} {letters[i]}"
+        for i, w in enumerate(words)
+    ]
     label = formats.CORRECT if solution.correct else formats.INCORRECT
     return formats.render_verification(judgments, label, analyses)
 
@@ -84,15 +93,13 @@ def verifier_sft_examples(
     *,
     seed: int,
     style: templates.Templates = templates.PromptStyle.FULL,
-    one_word: float = 0.5,
 ) -> list[SFTExample]:
     """`n` (verifier prompt, outcome-only transcript) pairs of the training split (see the
-    module doc); `verifier_correct_fraction` of the verified solutions are right."""
-    if not 0.0 <= one_word <= 1.0:
-        raise ValueError(f"one_word ({one_word}) must be in [0, 1].")
+    module doc); `verifier_correct_fraction` of the verified solutions are right,
+    `verifier_one_word` of the problems have one word."""
     out = []
     for i in range(n):
-        single = Draws("letter-sft-verifier-kind", seed, i).chance(one_word)
+        single = Draws("letter-sft-verifier-kind", seed, i).chance(config.verifier_one_word)
         span = (1, 1) if single else (config.min_words, config.sft_max_words)
         purpose = "sft-verifier-one-word" if single else "sft-verifier"
         problem = problem_at(config, i, seed=seed, purpose=purpose, words=span)

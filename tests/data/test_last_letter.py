@@ -185,7 +185,7 @@ def test_generator_sft_examples():
 
 def test_verifier_sft_examples_carry_outcome_labels_only():
     cfg = ll.LetterConfig()
-    ex = lll.verifier_sft_examples(cfg, 300, seed=0, one_word=0.5)
+    ex = lll.verifier_sft_examples(cfg, 300, seed=0)
     singles = 0
     for e in ex:
         v = formats.parse_verification(e.response)
@@ -199,10 +199,12 @@ def test_verifier_sft_examples_carry_outcome_labels_only():
             assert [e.response[a:b] for a, b in e.no_loss] == [
                 "CORRECT" if j == 1 else "INCORRECT" for j in v.step_judgments
             ]
-        assert "Step 1 Analysis: " in e.response and " ends in " in e.response
+        assert "Step 1 Analysis: " in e.response and e.response.count(", ") >= k
     assert 100 < singles < 200
-    with pytest.raises(ValueError, match="one_word"):
-        lll.verifier_sft_examples(cfg, 1, seed=0, one_word=1.5)
+    only = lll.verifier_sft_examples(dataclasses.replace(cfg, verifier_one_word=1.0), 20, seed=0)
+    assert all(len(formats.parse_verification(e.response).step_judgments) == 1 for e in only)
+    with pytest.raises(ValueError, match="verifier_one_word"):
+        dataclasses.replace(cfg, verifier_one_word=1.5)
 
 
 def test_verification_transcript_by_hand():
@@ -211,11 +213,15 @@ def test_verification_transcript_by_hand():
         [1, 1, 1],
         formats.CORRECT,
         [
-            "Step 1 Analysis: kaz ends in z.",
-            "Step 2 Analysis: qup ends in p.",
-            "Step 3 Analysis: hjr ends in r.",
+            "Step 1 Analysis: kaz: z, z z",
+            "Step 2 Analysis: qup: p, p p",
+            "Step 3 Analysis: hjr: r, r r",
         ],
     )
+    slip = ll.LetterSolution(PROBLEM, "zur", first_error=1)  # "qup: u", the natural slip
+    text = lll.verification_transcript(slip, seed=0)
+    assert "Step 2 Analysis: qup: u, p u" in text
+    assert formats.parse_verification(text).verdict == formats.INCORRECT
 
 
 def test_process_bench_items():
