@@ -5,7 +5,8 @@ two micro-batches, FSDP over the 8 simulated CPU devices) is compiled exactly as
 `scripts/bench/check_memory.py` compiles the 7B steps (`rl.memory_plan.compile_step` with the
 memory-minimising scheduler), and XLA's planned temporaries are compared with the figure
 recorded below. (The script also leaves out the CPU's all-reduce combiner, process-wide; this
-2-layer step plans the same with or without it: 28,872,696 B against 28,873,656 B.) Compiled plan bytes are deterministic for one jaxlib, so this is no timing.
+2-layer step plans the same with or without it: 28,872,696 B against 28,873,656 B.) Compiled
+plan bytes are deterministic for one jaxlib, so this is no timing.
 
 When it fails: if the change meant to trade memory for speed, re-run
 `python scripts/bench/check_memory.py --config configs/tango_qwen2_5_math_7b.py`, put the 7B
