@@ -6,14 +6,12 @@ SFT (App. D.2: a short format SFT of both models on short word lists):
     solutions carry one wrong letter (the paper's SFT data are not filtered for correctness);
   * verifier: (verifier prompt, transcript) labelled by the outcome only. The verdict is the
     label; each step's analysis restates the step and sets the word's last letter beside the
-    letter the step wrote ("kaz: p, z p"); the K step
-    judgments of a K > 1 solution carry no loss (their text is the outcome label, with one
-    INCORRECT at a random step of a wrong solution, but nothing is taught about them). A share
-    `verifier_one_word` of the examples are one-word problems, whose single step judgment is
-    the outcome
-    and so is labelled: the check of one step, what a pretrained verifier brings
-    (docs/miniature.md found the same design best on arithmetic). No step label of a K > 1
-    solution is used anywhere.
+    letter the step wrote ("kaz: p, z p"); the K step judgments of a K > 1 solution carry no
+    loss (their text is the outcome label, with one INCORRECT at a random step of a wrong
+    solution, but nothing is taught about them). A share `verifier_one_word` of the examples
+    are one-word problems, whose single step judgment is the outcome and so is labelled: the
+    check of one step, what a pretrained verifier brings (docs/miniature.md found the same
+    design best on arithmetic). No step label of a K > 1 solution is used anywhere.
 
 ProcessBench: `process_bench` gives held-out solutions with a known first wrong step, half
 right, half with one wrong letter, in the RL range of word counts.
