@@ -53,7 +53,14 @@ import sys
 
 
 def _cpu_combiner(argv: list[str]) -> bool:
-    return "--cpu_combiner" in argv or "--cpu_combiner=true" in argv
+    """--cpu_combiner as absl reads it (the last of --cpu_combiner[=BOOL] / --nocpu_combiner)."""
+    value = False
+    for arg in argv:
+        if arg in ("--cpu_combiner", "--nocpu_combiner"):
+            value = arg == "--cpu_combiner"
+        elif arg.startswith("--cpu_combiner="):
+            value = arg.split("=", 1)[1].lower() in ("true", "t", "1", "yes", "y")
+    return value
 
 
 def _simulated_devices(argv: list[str]) -> int:
@@ -233,7 +240,7 @@ def main(argv: list[str]) -> int:
         f"\n{cfg.name}, mesh {dict(mesh.shape)}, "
         + ("compiled at full depth" if layers is None else f"extrapolated from {layers} layers")
         + " (CPU compiler's plan, "
-        + ("with" if FLAGS.cpu_combiner else "without")
+        + ("without" if "cpu-all-reduce-combiner" in os.environ["XLA_FLAGS"] else "with")
         + " its all-reduce combiner; GB per device)\n"
     )
     print_table(rows)
