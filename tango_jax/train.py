@@ -133,7 +133,7 @@ def main(argv: list[str]) -> None:
     run = analysis.load_runs({cfg.name: cfg.run_dir})[cfg.name]
     for line in analysis.before_after_lines(run):
         log.info("before -> after RL: %s", line)
-    if loop.process_items:  # the synthetic task's miniature ProcessBench
+    if loop.process_items:  # a generated task's miniature ProcessBench
         labels = [it.label for it in loop.process_items]
         steps = [it.num_steps for it in loop.process_items]
         for line in analysis.location_lines(run, labels, steps):
@@ -147,23 +147,20 @@ def _ranking_lines(cfg: RunConfig) -> list[str]:
     error before and after RL (`step_probe`, teacher-forced in PyTorch), on the run's own
     miniature-ProcessBench items. Empty when the run has no final verifier checkpoint, or
     when PyTorch or a tokenizer with single-token judgment words is missing (said in a line)."""
-    from tango_jax.data.prompts import DataSource
     from tango_jax.eval import step_probe
 
     if not cfg.verifier.enable:
         return []
-    if cfg.data.source is not DataSource.SYNTHETIC:  # step_probe recomputes arithmetic steps
-        return [f"not measured for data.source={cfg.data.source.value!r} (arithmetic only)"]
     final = Path(cfg.run_dir) / "hf" / "verifier"
     start = step_probe.start_verifier(cfg.run_dir, cfg.verifier.model.path)
     if start is None or not (final / "config.json").exists():
         return []
-    from tango_jax.data import synthetic_labels
-
-    d = cfg.data
-    solutions = synthetic_labels.process_bench(d.arith, cfg.eval.process_bench_size, seed=d.seed)
     try:
-        return step_probe.ranking_lines(start, final, solutions, d.arith, style=d.templates)
+        solutions, task = step_probe.bench(cfg.data, cfg.eval.process_bench_size)
+    except ValueError as e:  # a task without step truth
+        return [f"not measured: {e}"]
+    try:
+        return step_probe.ranking_lines(start, final, solutions, task, style=cfg.data.templates)
     except ImportError as e:  # PyTorch is an optional extra
         return [f"not measured: {e} (install PyTorch to see it)"]
     except ValueError as e:  # a tokenizer that splits CORRECT / INCORRECT

@@ -50,13 +50,18 @@ def verification_transcript(solution: LetterSolution, *, seed: int) -> str:
     else:
         wrong = Draws("letter-verifier-location", seed, solution.problem.question).below(len(words))
         judgments = [-1 if i == wrong else 1 for i in range(len(words))]
-    letters = solution.letters
-    analyses = [
-        f"Step {i + 1} Analysis: {w}: {letters[i]}, {w[-1]} {letters[i]}"
-        for i, w in enumerate(words)
-    ]
     label = formats.CORRECT if solution.correct else formats.INCORRECT
-    return formats.render_verification(judgments, label, analyses)
+    return formats.render_verification(judgments, label, step_analyses(solution))
+
+
+def step_analyses(solution: LetterSolution) -> list[str]:
+    """Each step's analysis as the verifier SFT writes it: the step's word and letter, then the
+    word's last letter beside the step's ("Step 2 Analysis: kaz: p, z p")."""
+    letters = solution.letters
+    return [
+        f"Step {i + 1} Analysis: {w}: {letters[i]}, {w[-1]} {letters[i]}"
+        for i, w in enumerate(solution.problem.words)
+    ]
 
 
 def _solution(config: LetterConfig, problem, correct: bool, seed: int) -> LetterSolution:

@@ -5,8 +5,9 @@ the steps (`process_bench.step_ranking`: AUROC of the first error against the ot
 first error ranked first). A verifier's greedy step F1 moves with its threshold alone; these
 numbers move only when its judgments single out the wrong step better.
 
-Used by `python -m tango_jax.train`'s final lines on the synthetic task, scripts/study/study.py's
-ranking table and scripts/study/probe_verifier.py. Needs a tokenizer with single tokens for '{',
+Used by `python -m tango_jax.train`'s final lines on the generated tasks (arithmetic, last
+letters), scripts/study/study.py's ranking table, scripts/study/study_letters.py and
+scripts/study/probe_verifier.py. Needs a tokenizer with single tokens for '{',
 CORRECT and INCORRECT (the project's tiny one).
 """
 
@@ -17,18 +18,41 @@ from pathlib import Path
 
 import numpy as np
 
-from tango_jax.data import synthetic_labels
+from tango_jax.data import last_letter_labels, synthetic_labels
+from tango_jax.data.last_letter import LetterSolution
 from tango_jax.text import formats, process_bench, templates
 
 
 def ideal_transcript(solution, config) -> tuple[str, list[str]]:
-    """The all-CORRECT transcript of `solution` (each step analysed as `config`'s
-    `verifier_sft_analysis` writes it) and its per-step analyses."""
-    analyses = [
-        f"Step {i + 1} Analysis: {synthetic_labels._analysis(step, config.verifier_sft_analysis)}."
-        for i, step in enumerate(solution.steps)
-    ]
+    """The all-CORRECT transcript of `solution` and its per-step analyses, each step analysed
+    as its task's verifier SFT writes it: a last-letter solution as `last_letter_labels` does,
+    an arithmetic one by `config`'s `verifier_sft_analysis`."""
+    if isinstance(solution, LetterSolution):
+        analyses = last_letter_labels.step_analyses(solution)
+    else:
+        analyses = [
+            f"Step {i + 1} Analysis: "
+            f"{synthetic_labels._analysis(step, config.verifier_sft_analysis)}."
+            for i, step in enumerate(solution.steps)
+        ]
     return formats.render_verification([1] * len(analyses), 1, analyses), analyses
+
+
+def bench(data, n: int) -> tuple[list, object]:
+    """(the first `n` miniature-ProcessBench solutions of a run's generated task, the task's
+    config for `probe`): the items its evaluation verifies, first ones first.
+
+    data: the run's `DataConfig`; raises ValueError for a task without step truth."""
+    from tango_jax.data.prompts import DataSource
+
+    if data.source is DataSource.SYNTHETIC:
+        return synthetic_labels.process_bench(data.arith, n, seed=data.seed), data.arith
+    if data.source is DataSource.LAST_LETTER:
+        return last_letter_labels.process_bench(data.letters, n, seed=data.seed), data.letters
+    raise ValueError(
+        f"data.source={data.source.value!r} has no known step truth to probe against: the step "
+        "probe runs on the generated tasks (synthetic, last_letter)."
+    )
 
 
 @dataclasses.dataclass

@@ -228,3 +228,43 @@ def test_the_train_commands_final_lines_rank_the_steps_before_and_after_rl(tmp_p
     assert step_probe.start_verifier(cfg.run_dir, cfg.verifier.model.path) == Path(
         cfg.run_dir, "sft", "verifier"
     )
+
+
+def test_the_letter_tasks_ranking_probes_the_transcript_its_verifier_sft_writes(tmp_path):
+    """On last letters the probe teacher-forces what the verifier SFT writes for a right
+    solution (hand-checked analysis: word, letter, then the word's last letter beside it), on
+    the run's own ProcessBench; the train command's lines say the same numbers."""
+    import shutil
+
+    from tango_jax import train
+    from tango_jax.data import last_letter_labels
+    from tango_jax.data.last_letter import LetterProblem, LetterSolution, reference_solution
+    from tango_jax.eval import step_probe
+
+    cfg = load_run_config(sibling_config(str(CONFIGS / "x.py"), "tiny_letters").get_config())
+    cfg = dataclasses.replace(
+        cfg,
+        run_dir=str(tmp_path / "run"),
+        eval=dataclasses.replace(cfg.eval, process_bench_size=12),
+    )
+    slipped = LetterSolution(LetterProblem(("kaz", "bo")), "po", first_error=0)
+    text, analyses = step_probe.ideal_transcript(slipped, cfg.data.letters)
+    assert analyses == ["Step 1 Analysis: kaz: p, z p", "Step 2 Analysis: bo: o, o o"]
+    assert text.count("\\boxed{CORRECT}") == 3 and "INCORRECT" not in text
+    right = reference_solution(LetterProblem(("kaz", "bo")))
+    assert step_probe.ideal_transcript(right, None)[0] == (
+        last_letter_labels.verification_transcript(right, seed=0)
+    )
+
+    solutions, task = step_probe.bench(cfg.data, 12)
+    assert solutions == last_letter_labels.process_bench(cfg.data.letters, 12, seed=cfg.data.seed)
+    assets = ROOT / "tango_jax" / "assets" / "tiny_letters_sft"
+    shutil.copytree(assets / "generator", tmp_path / "run" / "hf" / "verifier")
+    lines = train._ranking_lines(cfg)
+    assert [line.split(":")[0] for line in lines] == ["before RL", "after RL"]
+    for line, ckpt in zip(lines, (assets / "verifier", assets / "generator")):
+        r = step_probe.probe(str(ckpt), solutions, task, style=cfg.data.templates).ranking()
+        assert f"other steps {r.auroc:.3f} (chance 0.5)" in line
+    jsonl = dataclasses.replace(cfg.data, source=type(cfg.data.source).JSONL)
+    with pytest.raises(ValueError, match="data.source='jsonl'"):
+        step_probe.bench(jsonl, 4)
