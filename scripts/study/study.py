@@ -233,29 +233,29 @@ RANKING = {
 }
 
 
-def ranking(root: Path, seeds: list[int], items: int = 256) -> dict:
+def ranking(root: Path, seeds: list[int], items: int = 256, variants=VARIANTS) -> dict:
     """Threshold-free location skill of each run's verifier before and after RL
     (`process_bench.step_ranking` of `step_probe`'s teacher-forced P(INCORRECT) at
     every step judgment): {variant: {seed: {"start": {...}, "final": {...}}}}. The start is the
     SFT verifier the run began RL from; the items are the first `items` of the run's own
-    miniature ProcessBench stream (its held-out evaluation's items come first)."""
+    miniature ProcessBench stream (its held-out evaluation's items come first), on either
+    generated task (`step_probe.bench`)."""
     from tango_jax.config.run import load_run_config
-    from tango_jax.data import synthetic_labels
     from tango_jax.eval import step_probe
 
     cache: dict[tuple, dict] = {}  # the shared SFT start is probed once
 
     def measure(checkpoint: Path, cfg) -> dict:
         d = cfg.data
-        key = (str(checkpoint.resolve()), d.seed, repr(d.arith), d.prompt_style)
+        key = (str(checkpoint.resolve()), d.seed, d.source, repr(d.arith), repr(d.letters))
         if key not in cache:
-            solutions = synthetic_labels.process_bench(d.arith, items, seed=d.seed)
-            r = step_probe.probe(key[0], solutions, d.arith, style=d.templates).ranking()
+            solutions, task = step_probe.bench(d, items)
+            r = step_probe.probe(key[0], solutions, task, style=d.templates).ranking()
             cache[key] = {"auroc": r.auroc, "top1": r.top1, "gap": r.gap}
         return cache[key]
 
     out: dict = {}
-    for variant in VARIANTS:
+    for variant in variants:
         for seed in seeds:
             path = run_dir(root, variant, seed)
             final = path / "hf" / "verifier"

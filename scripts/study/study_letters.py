@@ -14,9 +14,11 @@ Runs can be added in chunks: the summary reads whatever has finished under --roo
 Writes to --summary-dir (default --root): `results.json` (every held-out evaluation of every
 run: [generator updates, value, global step]), `table.md` (per arm: the SFT start, the final
 accuracy, the primary metric, unseen lengths, greedy, steps to GRPO's final accuracy; the gate;
-the planned contrasts as paired differences with 95% t-intervals and Holm-adjusted p-values)
-and `fig4.png` (the paper's Fig. 4 panels: generator accuracy of each arm on trained and on
-unseen lengths, greedy, and the verifier's step F1; mean ± 95% interval over seeds).
+the planned contrasts as paired differences with 95% t-intervals and Holm-adjusted p-values;
+for the arms that train the verifier, its threshold-free step ranking before and after RL,
+also in `ranking.json`) and `fig4.png` (the paper's Fig. 4 panels: generator accuracy of each
+arm on trained and on unseen lengths, greedy, and the verifier's step F1; mean ± 95% interval
+over seeds).
 
 Primary metric: the area under the held-out sampled accuracy (T = 1, trained lengths) against
 generator updates, divided by the number of updates (the curve's mean height). Seed 0 is the
@@ -48,6 +50,8 @@ METRICS = {
 F1 = "eval/verifier/step_f1"
 EXTRA = ("eval/generator/accuracy/unseen", "eval/generator/sampled_accuracy")
 CONTRASTS = (("oracle", "grpo"), ("tango", "grpo"), ("tango", "fixed_verifier"))
+RL_VERIFIER = ("tango", "fixed_generator")  # the arms whose verifier is trained
+RANKING_ITEMS = 128  # the size of the runs' own ProcessBench evaluation
 
 
 def verifier_updates(run: analysis.Run) -> dict[int, int]:
@@ -305,6 +309,16 @@ def main(args) -> int:
     (out / "results.json").write_text(json.dumps(results, indent=1))
     text, contrasts = table(results, arms, args.seeds)
     text = "Gate:\n\n" + gate(results, args.seeds, contrasts) + "\n\n" + text + "\n"
+    ranks = study.ranking(root, args.seeds, RANKING_ITEMS, [a for a in arms if a in RL_VERIFIER])
+    if ranks:
+        (out / "ranking.json").write_text(json.dumps(ranks, indent=1))
+        text += (
+            "\nThreshold-free step ranking of the verifier before and after its RL "
+            "(P(INCORRECT) at each step judgment of the transcript its SFT writes for a right "
+            f"solution, teacher-forced; {RANKING_ITEMS} items; chance AUROC 0.5):\n\n"
+            + study.ranking_table(ranks, args.seeds)
+            + "\n"
+        )
     (out / "table.md").write_text(text)
     plot(results, arms, args.seeds, out / "fig4.png")
     for s in args.seeds:  # the runs' configs, for the record

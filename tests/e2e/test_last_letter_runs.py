@@ -7,8 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from scripts_loader import load_script
 
 from tango_jax.config.run import load_run_config, sibling_config
+from tango_jax.eval import step_probe
 from tango_jax.metrics.writer import read_metrics
 from tango_jax.parallel.mesh import make_mesh
 from tango_jax.run.loop import TangoLoop
@@ -72,7 +74,7 @@ def test_fixed_generator_trains_only_the_verifier(tmp_path):
     import numpy as np
     from safetensors.numpy import load_file
 
-    run_dir = tmp_path / "run"
+    run_dir = tmp_path / "fixed_generator_s1"  # where the study keeps seed 1 of this arm
     cfg = _short(run_dir, "fixed_generator")
     TangoLoop(cfg, make_mesh(cfg.mesh)).run()
     rows = read_metrics(run_dir)
@@ -90,3 +92,11 @@ def test_fixed_generator_trains_only_the_verifier(tmp_path):
         for d in (run_dir / "sft", run_dir / "hf")
     )
     assert sft.keys() == end.keys() and all(np.array_equal(sft[k], end[k]) for k in sft)
+    # the study's ranking table probes the run's own SFT verifier and its RL'd export
+    study = load_script("study", "study_letters").study
+    ranks = study.ranking(tmp_path, [1], items=4, variants=["fixed_generator"])
+    solutions, task = step_probe.bench(cfg.data, 4)
+    v_sft, v_end = run_dir / "sft" / "verifier", run_dir / "hf" / "verifier"
+    for when, ckpt in (("start", v_sft), ("final", v_end)):
+        r = step_probe.probe(str(ckpt), solutions, task, style=cfg.data.templates).ranking()
+        assert ranks["fixed_generator"]["1"][when]["auroc"] == pytest.approx(r.auroc)
