@@ -240,16 +240,28 @@ def process_metrics(
 ) -> dict[str, float]:
     """Step-level truth of the rollouts, where it is known (the synthetic tasks): ProcessBench
     scores (`process/step_f1`, ...) of the verifier's sampled judgments of these solutions,
-    against each solution's first wrong step (`step_truth.first_error`). Empty for other data
-    sources. A training-time diagnostic: no reward uses it."""
-    labels, predictions = [], []
+    against each solution's first wrong step (`step_truth.first_error`), and
+    `process/step_label_accuracy`: the share of written steps whose judgment is their truth
+    (right before the first wrong step; a missing step leaves every written one right), over
+    the judgments that become step rewards (one per written step, plus the oracle's closing
+    one, not counted). Empty for other data sources. A training-time diagnostic: no reward
+    uses it."""
+    labels, predictions, agree = [], [], []
     for sol, row in zip(solutions, judged):
         label = step_truth.first_error(sol.problem, [st.text for st in sol.steps])
         if label is None:
             return {}
+        k = len(sol.steps)
+        truth = [label == -1 or i < label for i in range(k)]  # True: a right step
         for j in row:
+            judgments = j.verification.step_judgments
             labels.append(label)
-            predictions.append(predicted_error_step(j.verification.step_judgments, len(sol.steps)))
+            predictions.append(predicted_error_step(judgments, k))
+            if len(judgments) == k + j.closing:  # what `step_rewards` accepts
+                agree += [(x > 0) == t for x, t in zip(judgments, truth)]
     if not labels:
         return {}
-    return process_scores(labels, predictions).metrics("process/")
+    out = process_scores(labels, predictions).metrics("process/")
+    if agree:
+        out["process/step_label_accuracy"] = float(np.mean(agree))
+    return out

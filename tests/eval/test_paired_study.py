@@ -146,3 +146,21 @@ def test_the_letters_summary_leaves_out_unfinished_runs(tmp_path):
     with open(tmp_path / "metrics.jsonl", "a") as f:
         f.write(json.dumps({"step": 3}) + "\n")
     assert sl.finished(tmp_path)
+
+
+def test_the_letters_table_says_how_right_the_step_labels_were():
+    """Per run, the mean of the logged share of right step labels over its generator updates;
+    per arm, the mean over seeds; arms without the metric (GRPO) are not listed."""
+    sl = _study_letters()
+    curve = lambda ys: [[12 * i, y, 12 * i, 0] for i, y in enumerate(ys)]
+    results = {"grpo": {}, "fixed_verifier": {}}
+    for s, labels in ((1, [0.6, 0.8]), (2, [0.7, 0.7])):
+        results["grpo"][str(s)] = {sl.PRIMARY: curve([0.3, 0.4])}
+        results["fixed_verifier"][str(s)] = {
+            sl.PRIMARY: curve([0.3, 0.4]),
+            sl.LABELS: [[i + 1, v, i + 1, 0] for i, v in enumerate(labels)],
+        }
+    text, _ = sl.table(results, ["grpo", "fixed_verifier"], [1, 2])
+    assert sl.per_run(results, "fixed_verifier", 1)["labels"] == pytest.approx(0.7)
+    section = text.split("Step labels behind the step rewards")[1].split("Per seed")[0]
+    assert "- fixed_verifier: 0.700 ± 0.000 (n 2)" in section and "grpo" not in section

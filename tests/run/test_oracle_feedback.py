@@ -15,7 +15,7 @@ from tango_jax.data.synthetic import Draws
 from tango_jax.models.tokenizer import tiny_tokenizer
 from tango_jax.rl.advantages import AdvantageEstimator
 from tango_jax.rollout.base import Completion, FinishReason
-from tango_jax.run.feedback import Judgment, Solution, step_reward_arrays
+from tango_jax.run.feedback import Judgment, Solution, process_metrics, step_reward_arrays
 from tango_jax.run.oracle_feedback import flipped, oracle_judged, oracle_judgments
 from tango_jax.schema import ConfigError
 from tango_jax.tango.process_advantages import AlphaSchedule, blended_advantages
@@ -201,6 +201,28 @@ def test_oracle_config_checks():
 def test_oracle_closing_judgments_by_hand(first_error, num_steps, correct, want):
     got = oracle_judgments(first_error, num_steps, closing=True, correct=correct)
     assert got == want
+
+
+def test_step_label_accuracy_by_hand():
+    """The share of written steps judged as they are, over the judgments that become step
+    rewards. Truth of ROLLOUTS' written steps: (R R R), (R W W), (R R W), (R R): 11 steps. The
+    plain oracle marks the stopped-early rollout's last written step, a right one: 10 / 11;
+    with the closing step it marks the closing instead: 11 / 11. A verifier's judgment with
+    the wrong count gives no step rewards and is not counted."""
+    tok = tiny_tokenizer()
+    sols = [_solution(tok, s, a) for s, a in ROLLOUTS]
+    plain = oracle_judged(sols, flip_prob=0.0, seed=0, step=1)
+    assert process_metrics(sols, plain)["process/step_label_accuracy"] == pytest.approx(10 / 11)
+    closing = oracle_judged(sols, flip_prob=0.0, seed=0, step=1, closing_step=True)
+    assert process_metrics(sols, closing)["process/step_label_accuracy"] == 1.0
+
+    def said(*judgments):
+        v = formats.parse_verification(formats.render_verification(judgments, 0))
+        return Judgment(None, v, 1.0, 0.0)
+
+    # rollout 0 (R R R): one judgment wrong, one of the wrong count; rollout 1 (R W W): all right
+    rows = [[said(-1, 1, 1), said(1, 1)], [said(1, -1, -1)]]
+    assert process_metrics(sols[:2], rows)["process/step_label_accuracy"] == pytest.approx(5 / 6)
 
 
 def test_oracle_closing_step_sits_on_the_last_token():
