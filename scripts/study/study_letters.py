@@ -48,10 +48,11 @@ METRICS = {
     "eval/verifier/step_f1": "verifier step F1 (ProcessBench-style)",
 }
 F1 = "eval/verifier/step_f1"
-# the share of the written steps whose step label was right, per generator update (where the
-# step rewards came from: the verifier, the oracle, the noisy oracle)
+# how right the step labels behind the step rewards were (the verifier's, the oracle's, the
+# noisy oracle's), per generator update: share right, and informedness (1 - 2q for flips at q)
 LABELS = "generator/feedback/process/step_label_accuracy"
-EXTRA = ("eval/generator/accuracy/unseen", "eval/generator/sampled_accuracy", LABELS)
+INFORMED = "generator/feedback/process/step_label_informedness"
+EXTRA = ("eval/generator/accuracy/unseen", "eval/generator/sampled_accuracy", LABELS, INFORMED)
 CONTRASTS = (("oracle", "grpo"), ("tango", "grpo"), ("tango", "fixed_verifier"))
 RL_VERIFIER = ("tango", "fixed_generator")  # the arms whose verifier is trained
 RANKING_ITEMS = 128  # the size of the runs' own ProcessBench evaluation
@@ -124,8 +125,9 @@ def per_run(results: dict, arm: str, seed: int) -> dict[str, float] | None:
         if curves.get(metric):
             out[key] = curves[metric][-1][1]
             out[f"{key}_start"] = curves[metric][0][1]
-    if curves.get(LABELS):
-        out["labels"] = float(np.mean([p[1] for p in curves[LABELS]]))
+    for key, metric in (("labels", LABELS), ("informed", INFORMED)):
+        if curves.get(metric):
+            out[key] = float(np.mean([p[1] for p in curves[metric]]))
     grpo = results.get("grpo", {}).get(str(seed), {}).get(PRIMARY, [])
     if grpo:  # generator updates and global steps to reach GRPO's final accuracy
         target = grpo[-1][1]
@@ -197,15 +199,22 @@ def table(results: dict, arms, seeds) -> tuple[str, list[ps.Contrast]]:
             f"{_cell(col('to_grpo_final_global'))} |"
         )
     lines += verifier_rows(results, arms, seeds)
-    labelled = {a: [x["labels"] for x in runs[a].values() if "labels" in x] for a in arms}
+    labelled = {a: [x for x in runs[a].values() if "labels" in x] for a in arms}
     if any(labelled.values()):
         lines += [
             "",
-            "Step labels behind the step rewards: share of the written steps labelled right, "
-            "mean over each run's generator updates (where logged):",
+            "Step labels behind the step rewards, mean over each run's generator updates "
+            "(where logged): share of the written steps labelled right; informedness (right "
+            "steps labelled CORRECT + wrong ones INCORRECT - 1: 1 - 2q for labels flipped at q):",
             "",
-            *(f"- {a}: {_cell(v)} (n {len(v)})" for a, v in labelled.items() if v),
         ]
+        for a, rows in labelled.items():
+            if rows:
+                j = [x["informed"] for x in rows if "informed" in x]
+                lines.append(
+                    f"- {a}: right {_cell([x['labels'] for x in rows])}, informedness "
+                    f"{_cell(j)} (n {len(rows)})"
+                )
     lines += ["", "Per seed (AUC; final):", ""]
     for arm in arms:
         cells = [f"s{s} {x['auc']:.3f}; {x['final']:.3f}" for s, x in runs[arm].items()]

@@ -244,8 +244,11 @@ def process_metrics(
     `process/step_label_accuracy`: the share of written steps whose judgment is their truth
     (right before the first wrong step; a missing step leaves every written one right), over
     the judgments that become step rewards (one per written step, plus the oracle's closing
-    one, not counted). Empty for other data sources. A training-time diagnostic: no reward
-    uses it."""
+    one, not counted), and `process/step_label_informedness`, the same judgments' share of
+    right steps judged CORRECT plus wrong steps judged INCORRECT, minus 1 (Youden's J: 1 - 2q
+    for labels flipped with probability q, 0 for labels that ignore the truth, whatever the
+    share of wrong steps). Empty for other data sources. A training-time diagnostic: no
+    reward uses it."""
     labels, predictions, agree = [], [], []
     for sol, row in zip(solutions, judged):
         label = step_truth.first_error(sol.problem, [st.text for st in sol.steps])
@@ -258,10 +261,14 @@ def process_metrics(
             labels.append(label)
             predictions.append(predicted_error_step(judgments, k))
             if len(judgments) == k + j.closing:  # what `step_rewards` accepts
-                agree += [(x > 0) == t for x, t in zip(judgments, truth)]
+                agree += [(t, (x > 0) == t) for x, t in zip(judgments, truth)]
     if not labels:
         return {}
     out = process_scores(labels, predictions).metrics("process/")
     if agree:
-        out["process/step_label_accuracy"] = float(np.mean(agree))
+        right, hit = np.asarray(agree).T
+        out["process/step_label_accuracy"] = float(hit.mean())
+        if right.any() and not right.all():
+            j = hit[right].mean() + hit[~right].mean() - 1.0
+            out["process/step_label_informedness"] = float(j)
     return out

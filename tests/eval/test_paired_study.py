@@ -159,8 +159,10 @@ def test_the_letters_table_says_how_right_the_step_labels_were():
         results["fixed_verifier"][str(s)] = {
             sl.PRIMARY: curve([0.3, 0.4]),
             sl.LABELS: [[i + 1, v, i + 1, 0] for i, v in enumerate(labels)],
+            sl.INFORMED: [[i + 1, v - 0.5, i + 1, 0] for i, v in enumerate(labels)],
         }
     text, _ = sl.table(results, ["grpo", "fixed_verifier"], [1, 2])
     assert sl.per_run(results, "fixed_verifier", 1)["labels"] == pytest.approx(0.7)
     section = text.split("Step labels behind the step rewards")[1].split("Per seed")[0]
-    assert "- fixed_verifier: 0.700 ± 0.000 (n 2)" in section and "grpo" not in section
+    want = "- fixed_verifier: right 0.700 ± 0.000, informedness 0.200 ± 0.000 (n 2)"
+    assert want in section and "grpo" not in section

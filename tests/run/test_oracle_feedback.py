@@ -205,16 +205,20 @@ def test_oracle_closing_judgments_by_hand(first_error, num_steps, correct, want)
 
 def test_step_label_accuracy_by_hand():
     """The share of written steps judged as they are, over the judgments that become step
-    rewards. Truth of ROLLOUTS' written steps: (R R R), (R W W), (R R W), (R R): 11 steps. The
-    plain oracle marks the stopped-early rollout's last written step, a right one: 10 / 11;
-    with the closing step it marks the closing instead: 11 / 11. A verifier's judgment with
-    the wrong count gives no step rewards and is not counted."""
+    rewards, and the informedness of those labels. Truth of ROLLOUTS' written steps: (R R R),
+    (R W W), (R R W), (R R): 11 steps. The plain oracle marks the stopped-early rollout's last
+    written step, a right one: 10 / 11; with the closing step it marks the closing instead:
+    11 / 11. A verifier's judgment with the wrong count gives no step rewards and is not
+    counted."""
     tok = tiny_tokenizer()
     sols = [_solution(tok, s, a) for s, a in ROLLOUTS]
-    plain = oracle_judged(sols, flip_prob=0.0, seed=0, step=1)
-    assert process_metrics(sols, plain)["process/step_label_accuracy"] == pytest.approx(10 / 11)
+    plain = process_metrics(sols, oracle_judged(sols, flip_prob=0.0, seed=0, step=1))
+    assert plain["process/step_label_accuracy"] == pytest.approx(10 / 11)
+    # informedness: 7 of the 8 right steps judged CORRECT, the 3 wrong ones all INCORRECT
+    assert plain["process/step_label_informedness"] == pytest.approx(7 / 8 + 3 / 3 - 1)
     closing = oracle_judged(sols, flip_prob=0.0, seed=0, step=1, closing_step=True)
-    assert process_metrics(sols, closing)["process/step_label_accuracy"] == 1.0
+    m = process_metrics(sols, closing)
+    assert m["process/step_label_accuracy"] == 1.0 and m["process/step_label_informedness"] == 1.0
 
     def said(*judgments):
         v = formats.parse_verification(formats.render_verification(judgments, 0))
@@ -222,7 +226,15 @@ def test_step_label_accuracy_by_hand():
 
     # rollout 0 (R R R): one judgment wrong, one of the wrong count; rollout 1 (R W W): all right
     rows = [[said(-1, 1, 1), said(1, 1)], [said(1, -1, -1)]]
-    assert process_metrics(sols[:2], rows)["process/step_label_accuracy"] == pytest.approx(5 / 6)
+    m = process_metrics(sols[:2], rows)
+    assert m["process/step_label_accuracy"] == pytest.approx(5 / 6)
+    assert m["process/step_label_informedness"] == pytest.approx(3 / 4 + 2 / 2 - 1)
+    # labels that ignore the truth: every step CORRECT, or each step's label a coin
+    assert process_metrics(sols, [[said(*[1] * len(s.steps))] for s in sols])[
+        "process/step_label_informedness"
+    ] == pytest.approx(0.0)
+    # only right steps: informedness is undefined, not logged
+    assert "process/step_label_informedness" not in process_metrics(sols[:1], [[said(1, 1, 1)]])
 
 
 def test_oracle_closing_step_sits_on_the_last_token():
