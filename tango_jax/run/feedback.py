@@ -241,34 +241,41 @@ def process_metrics(
     """Step-level truth of the rollouts, where it is known (the synthetic tasks): ProcessBench
     scores (`process/step_f1`, ...) of the verifier's sampled judgments of these solutions,
     against each solution's first wrong step (`step_truth.first_error`), and
-    `process/step_label_accuracy`: the share of written steps whose judgment is their truth
-    (right before the first wrong step; a missing step leaves every written one right), over
-    the judgments that become step rewards (one per written step, plus the oracle's closing
-    one, not counted), and `process/step_label_informedness`, the same judgments' share of
-    right steps judged CORRECT plus wrong steps judged INCORRECT, minus 1 (Youden's J: 1 - 2q
-    for labels flipped with probability q, 0 for labels that ignore the truth, whatever the
-    share of wrong steps). Empty for other data sources. A training-time diagnostic: no
-    reward uses it."""
-    labels, predictions, agree = [], [], []
+    `step_label_scores` of the judgments that become step rewards (one per written step, plus
+    the oracle's closing one, not counted). Empty for other data sources. A training-time
+    diagnostic: no reward uses it."""
+    labels, predictions, labelled = [], [], []
     for sol, row in zip(solutions, judged):
         label = step_truth.first_error(sol.problem, [st.text for st in sol.steps])
         if label is None:
             return {}
         k = len(sol.steps)
-        truth = [label == -1 or i < label for i in range(k)]  # True: a right step
         for j in row:
             judgments = j.verification.step_judgments
             labels.append(label)
             predictions.append(predicted_error_step(judgments, k))
             if len(judgments) == k + j.closing:  # what `step_rewards` accepts
-                agree += [(t, (x > 0) == t) for x, t in zip(judgments, truth)]
+                labelled.append((label, judgments[:k]))
     if not labels:
         return {}
-    out = process_scores(labels, predictions).metrics("process/")
-    if agree:
-        right, hit = np.asarray(agree).T
-        out["process/step_label_accuracy"] = float(hit.mean())
-        if right.any() and not right.all():
-            j = hit[right].mean() + hit[~right].mean() - 1.0
-            out["process/step_label_informedness"] = float(j)
+    return process_scores(labels, predictions).metrics("process/") | step_label_scores(labelled)
+
+
+def step_label_scores(labelled) -> dict[str, float]:
+    """How right step labels are, from (first wrong step, -1 for none, ±1 label per written
+    step) pairs: `process/step_label_accuracy`, the share of written steps labelled as they are
+    (right before the first wrong step; a missing step leaves every written one right), and
+    `process/step_label_informedness`, the share of right steps labelled CORRECT plus of wrong
+    ones labelled INCORRECT, minus 1 (Youden's J: 1 - 2q for labels flipped with probability q,
+    0 for labels that ignore the truth, whatever the share of wrong steps; only when both kinds
+    of step occur). Empty without any labelled step."""
+    pairs = [(first == -1 or i < first, x > 0) for first, xs in labelled for i, x in enumerate(xs)]
+    if not pairs:
+        return {}
+    right, said_right = np.asarray(pairs).T
+    hit = right == said_right
+    out = {"process/step_label_accuracy": float(hit.mean())}
+    if right.any() and not right.all():
+        j = hit[right].mean() + hit[~right].mean() - 1.0
+        out["process/step_label_informedness"] = float(j)
     return out
