@@ -68,7 +68,8 @@ def letter_analyses(rows: list[dict]) -> dict[str, float]:
         )
         if problem is None:
             continue
-        written = [s.text.partition(":")[2].strip()[:1] for s in formats.split_steps(r["solution"])]
+        steps = [last_letter.STEP.match(s.text.strip()) for s in formats.split_steps(r["solution"])]
+        written = [m.group(2) if m else None for m in steps]  # the letter each step wrote
         for v in r.get("verifications") or []:
             for m in _ANALYSIS.finditer(v.get("text", "")):
                 i = int(m.group(1)) - 1
