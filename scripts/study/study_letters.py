@@ -9,7 +9,11 @@
 Every arm (ARMS, or --variants: any config string of configs/tiny_letters.py, such as
 `noisy_oracle,q=0.1` or `oracle,alpha0=0.5`) runs once per seed from the same SFT checkpoints,
 prompt stream and evaluation samples (a finished run is skipped), so arms are paired by seed.
-Runs can be added in chunks: the summary reads whatever has finished under --root.
+Runs can be added in chunks, on any machine: each finished run's record (its curves, its
+verifier's step ranking, its config) is written to `--summary-dir/runs/ARM_sSEED.json`, and the
+summary reads those records as well as the runs under --root (a run under --root replaces its
+record). So with the records committed, later seeds can be run elsewhere and summarised with
+the earlier ones, whose run directories are gone.
 
 Writes to --summary-dir (default --root): `results.json` (every held-out evaluation of every
 run: [generator updates, value, global step]), `table.md` (per arm: the SFT start, the final
@@ -29,7 +33,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -95,6 +98,49 @@ def collect(root: Path, arms, seeds) -> dict:
                     ]
             out.setdefault(arm, {})[str(seed)] = curves
     return out
+
+
+def record_path(out: Path, arm: str, seed: int) -> Path:
+    return out / "runs" / f"{arm}_s{seed}.json"
+
+
+def save_records(out: Path, root: Path, results: dict, ranks: dict) -> None:
+    """One record per finished run under `root` (`collect`'s curves, `study.ranking`'s numbers
+    where its verifier was trained, its config), written atomically to `out/runs/`."""
+    for arm, by_seed in results.items():
+        for seed, curves in by_seed.items():
+            rec = {"arm": arm, "seed": int(seed), "curves": curves}
+            if seed in ranks.get(arm, {}):
+                rec["ranking"] = ranks[arm][seed]
+            cfg = study.run_dir(root, arm, int(seed)) / "config.json"
+            rec["config"] = json.loads(cfg.read_text())
+            path = record_path(out, arm, int(seed))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(rec, indent=1))
+            tmp.replace(path)
+
+
+def load_records(out: Path, arms, seeds) -> tuple[dict, dict]:
+    """(results as `collect` returns them, ranks as `study.ranking` returns them) from the
+    records in `out/runs/` of the given arms and seeds."""
+    results: dict = {}
+    ranks: dict = {}
+    for arm in arms:
+        for seed in seeds:
+            path = record_path(out, arm, seed)
+            if not path.exists():
+                continue
+            rec = json.loads(path.read_text())
+            if (rec.get("arm"), rec.get("seed")) != (arm, seed):
+                raise SystemExit(
+                    f"{path}: a record of arm {rec.get('arm')!r} seed {rec.get('seed')!r}, "
+                    f"not of {arm!r} seed {seed}; remove or rename it."
+                )
+            results.setdefault(arm, {})[str(seed)] = rec["curves"]
+            if "ranking" in rec:
+                ranks.setdefault(arm, {})[str(seed)] = rec["ranking"]
+    return results, ranks
 
 
 def once_per_update(curve: list) -> list:
@@ -326,13 +372,14 @@ def main(args) -> int:
             ]
             for done in concurrent.futures.as_completed(jobs):
                 print(done.result(), flush=True)
-    results = collect(root, arms, args.seeds)
     out = Path(args.summary_dir or root)
-    out.mkdir(parents=True, exist_ok=True)
+    fresh = collect(root, arms, args.seeds)
+    ranked = [a for a in arms if a in RL_VERIFIER]
+    save_records(out, root, fresh, study.ranking(root, args.seeds, RANKING_ITEMS, ranked))
+    results, ranks = load_records(out, arms, args.seeds)
     (out / "results.json").write_text(json.dumps(results, indent=1))
     text, contrasts = table(results, arms, args.seeds)
     text = "Gate:\n\n" + gate(results, args.seeds, contrasts) + "\n\n" + text + "\n"
-    ranks = study.ranking(root, args.seeds, RANKING_ITEMS, [a for a in arms if a in RL_VERIFIER])
     if ranks:
         (out / "ranking.json").write_text(json.dumps(ranks, indent=1))
         text += (
@@ -344,11 +391,5 @@ def main(args) -> int:
         )
     (out / "table.md").write_text(text)
     plot(results, arms, args.seeds, out / "fig4.png")
-    for s in args.seeds:  # the runs' configs, for the record
-        for arm in arms:
-            cfg = study.run_dir(root, arm, s) / "config.json"
-            if cfg.exists() and out != root:
-                (out / "configs").mkdir(exist_ok=True)
-                shutil.copy(cfg, out / "configs" / f"{arm}_s{s}.json")
     print(text)
     return 0

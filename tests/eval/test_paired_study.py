@@ -166,3 +166,45 @@ def test_the_letters_table_says_how_right_the_step_labels_were():
     section = text.split("Step labels behind the step rewards")[1].split("Per seed")[0]
     want = "- fixed_verifier: right 0.700 ± 0.000, informedness 0.200 ± 0.000 (n 2)"
     assert want in section and "grpo" not in section
+
+
+def test_the_letters_summary_reads_committed_run_records_without_the_runs(tmp_path):
+    """Seeds run on another machine (their run directories gone) are summarised from their
+    records in the summary directory, with any runs under --root; a record saved for the same
+    arm and seed again replaces the old one, and a record under the wrong name is refused."""
+    import argparse
+    import json
+
+    sl = _study_letters()
+    root, out = tmp_path / "runs", tmp_path / "summary"
+    curve = lambda ys: [[12 * i, y, 12 * i, 0] for i, y in enumerate(ys)]
+    results = {"grpo": {}, "oracle": {}}
+    for s in range(1, 6):
+        (root / f"grpo_s{s}").mkdir(parents=True)
+        (root / f"oracle_s{s}").mkdir(parents=True)
+        results["grpo"][str(s)] = {sl.PRIMARY: curve([0.3, 0.32, 0.34, 0.36])}
+        results["oracle"][str(s)] = {sl.PRIMARY: curve([0.3, 0.35 + s / 100, 0.4, 0.42])}
+        for arm in results:
+            (root / f"{arm}_s{s}" / "config.json").write_text(json.dumps({"seed": s}))
+    ranking = {k: {"auroc": 0.6, "top1": 0.4, "gap": 0.1} for k in ("start", "final")}
+    sl.save_records(out, root, results, {"oracle": {"1": ranking}})
+    rec = json.loads((out / "runs" / "oracle_s1.json").read_text())
+    assert rec["config"] == {"seed": 1} and rec["ranking"] == ranking
+    loaded, ranks = sl.load_records(out, ["grpo", "oracle"], range(1, 6))
+    assert loaded == results and ranks == {"oracle": {"1": ranking}}
+
+    args = argparse.Namespace(
+        root=str(tmp_path / "elsewhere"), variants=["grpo", "oracle"], seeds=[1, 2, 3, 4, 5],
+        sft_per_seed=False, summary_only=True, summary_dir=str(out), jobs=1, set=[], sft_from="",
+    )  # fmt: skip
+    assert sl.main(args) == 0
+    table = (out / "table.md").read_text()
+    assert "| oracle | 5 |" in table and "the gate holds" in table and "s1 0.600 -> 0.600" in table
+    assert json.loads((out / "results.json").read_text()) == results
+
+    rerun = {"grpo": {"1": {sl.PRIMARY: curve([0.3, 0.5])}}}
+    sl.save_records(out, root, rerun, {})
+    assert sl.load_records(out, ["grpo"], [1])[0] == rerun
+    (out / "runs" / "grpo_s1.json").rename(out / "runs" / "grpo_s2.json")
+    with pytest.raises(SystemExit, match="grpo_s2.json: a record of arm 'grpo' seed 1"):
+        sl.load_records(out, ["grpo"], [2])
