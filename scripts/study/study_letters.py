@@ -21,8 +21,9 @@ accuracy, the primary metric, unseen lengths, greedy, steps to GRPO's final accu
 the planned contrasts as paired differences with 95% t-intervals and Holm-adjusted p-values;
 for the arms that train the verifier, its threshold-free step ranking before and after RL,
 also in `ranking.json`) and `fig4.png` (the paper's Fig. 4 panels: generator accuracy of each
-arm on trained and on unseen lengths, greedy, and the verifier's step F1; mean ± 95% interval
-over seeds).
+arm on trained and on unseen lengths, greedy, and the verifier's step F1; then each arm's
+sampled accuracy minus GRPO's in the same seed, the paired view of the claim; mean ± 95%
+interval over seeds).
 
 Primary metric: the area under the held-out sampled accuracy (T = 1, trained lengths) against
 generator updates, divided by the number of updates (the curve's mean height). Seed 0 is the
@@ -43,6 +44,7 @@ from tango_jax.eval import paired_study as ps
 
 CONFIG = str(Path(__file__).resolve().parents[2] / "configs" / "tiny_letters.py")
 ARMS = ("grpo", "oracle", "tango", "fixed_verifier")
+OPTIONS = ",study"  # the study's length: 36 generator updates, evaluated every 12
 PRIMARY = "eval/generator/sampled_accuracy/in"
 METRICS = {
     PRIMARY: "sampled accuracy, trained lengths",
@@ -326,35 +328,67 @@ def gate(results: dict, seeds, contrasts: list[ps.Contrast]) -> str:
     return "\n".join(lines)
 
 
+def paired_curve(results: dict, arm: str, base: str, seeds) -> list[list]:
+    """Per seed that has both runs, `arm`'s primary curve minus `base`'s at the same generator
+    updates: [[generator updates, difference], ...] each (the points both evaluated)."""
+    out = []
+    for s in seeds:
+        a = once_per_update(results.get(arm, {}).get(str(s), {}).get(PRIMARY, []))
+        b = {
+            p[0]: p[1]
+            for p in once_per_update(results.get(base, {}).get(str(s), {}).get(PRIMARY, []))
+        }
+        diff = [[p[0], p[1] - b[p[0]]] for p in a if p[0] in b]
+        if len(diff) >= 2:
+            out.append(diff)
+    return out
+
+
 def plot(results: dict, arms, seeds, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(METRICS), figsize=(4.2 * len(METRICS), 3.3))
+    n = len(METRICS) + 1
+    color = {arm: f"C{i}" for i, arm in enumerate(arms)}  # one colour per arm in every panel
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.3))
     for ax, (metric, label) in zip(axes, METRICS.items()):
         for arm in arms:
             curves = [results.get(arm, {}).get(str(s), {}).get(metric) for s in seeds]
             curves = [c if metric == F1 else once_per_update(c) for c in curves if c]
-            if not curves:
-                continue
-            n = min(len(c) for c in curves)
-            xi = 3 if metric == F1 else 0  # F1 against verifier updates, the rest generator's
-            x = np.array([p[xi] if xi < len(p) else np.nan for p in curves[0][:n]])
-            st = [study.mean_ci([c[i][1] for c in curves]) for i in range(n)]
-            mean = np.array([m for m, _ in st])
-            half = np.nan_to_num(np.array([h for _, h in st]))
-            ax.plot(x, mean, marker=".", label=f"{arm} (n={len(curves)})")
-            ax.fill_between(x, mean - half, mean + half, alpha=0.2)
+            xi = 3 if metric == F1 else 0  # F1 against verifier updates
+            _band(ax, curves, arm, color[arm], xi)
         ax.set_title(label, fontsize=9)
         ax.set_xlabel("verifier updates" if metric == F1 else "generator updates")
+    ax = axes[-1]  # the claim: each arm against GRPO, paired by seed
+    for arm in arms:
+        if arm != "grpo":
+            _band(ax, paired_curve(results, arm, "grpo", seeds), arm, color[arm], xi=0)
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_title("sampled accuracy minus GRPO's, same seed (trained lengths)", fontsize=9)
+    ax.set_xlabel("generator updates")
+    for ax in axes:
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
+
+
+def _band(ax, curves: list, label: str, color: str, xi: int) -> None:
+    """Mean ± 95% t-interval over `curves` (lists of points; x at index `xi`, y at 1), over
+    the points all of them have."""
+    if not curves:
+        return
+    n = min(len(c) for c in curves)
+    x = np.array([p[xi] if xi < len(p) else np.nan for p in curves[0][:n]])
+    st = [study.mean_ci([c[i][1] for c in curves]) for i in range(n)]
+    mean = np.array([m for m, _ in st])
+    half = np.nan_to_num(np.array([h for _, h in st]))
+    ax.plot(x, mean, marker=".", color=color, label=f"{label} (n={len(curves)})")
+    ax.fill_between(x, mean - half, mean + half, color=color, alpha=0.15)
 
 
 def main(args) -> int:
@@ -366,7 +400,7 @@ def main(args) -> int:
     if not args.summary_only:
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
             jobs = [
-                pool.submit(study.run, root, arm, s, args.set, args.sft_from, CONFIG)
+                pool.submit(study.run, root, arm, s, args.set, args.sft_from, CONFIG, OPTIONS)
                 for s in args.seeds
                 for arm in arms
             ]

@@ -208,3 +208,18 @@ def test_the_letters_summary_reads_committed_run_records_without_the_runs(tmp_pa
     (out / "runs" / "grpo_s1.json").rename(out / "runs" / "grpo_s2.json")
     with pytest.raises(SystemExit, match="grpo_s2.json: a record of arm 'grpo' seed 1"):
         sl.load_records(out, ["grpo"], [2])
+
+
+def test_the_letters_paired_curve_subtracts_grpo_of_the_same_seed():
+    """Each seed's arm curve minus GRPO's at the same generator updates (Tango's repeated
+    evaluation after its warm-up counted once); a seed without a GRPO run is left out."""
+    sl = _study_letters()
+    results = {
+        "grpo": {"1": {sl.PRIMARY: [[0, 0.30, 0], [12, 0.32, 12]]}},
+        "tango": {
+            "1": {sl.PRIMARY: [[0, 0.30, 0], [0, 0.30, 10], [12, 0.35, 25]]},
+            "2": {sl.PRIMARY: [[0, 0.30, 0], [12, 0.40, 25]]},
+        },
+    }
+    (curve,) = sl.paired_curve(results, "tango", "grpo", [1, 2])
+    assert curve == [[0, 0.0], [12, pytest.approx(0.03)]]
