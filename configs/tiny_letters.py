@@ -1,6 +1,7 @@
 """Tiny Tango on last-letter concatenation (paper §4.3, App. D.2), end to end on a 2-core CPU.
 
-    python -m tango_jax.train --config configs/tiny_letters.py                  # Tango
+    python -m tango_jax.train --config configs/tiny_letters.py                  # Tango, ~15 min
+    python -m tango_jax.train --config configs/tiny_letters.py:tango,study      # the study's run
     python -m tango_jax.train --config configs/tiny_letters.py:grpo             # outcome only
     python -m tango_jax.train --config configs/tiny_letters.py:oracle           # true step labels
     python -m tango_jax.train --config configs/tiny_letters.py:noisy_oracle,q=0.2
@@ -9,9 +10,16 @@
     python -m tango_jax.train --config configs/tiny_letters.py:fixed_generator
     python -m tango_jax.train --config configs/tiny_letters.py:tango,scratch    # SFT in the run
 
-The config string is VARIANT[,OPTION...]; OPTION is `scratch` (random init and the SFT inside
-the run instead of the shipped SFT checkpoints), `q=Q` (noisy_oracle's flip probability,
-default 0.2) or `alpha0=A` (the α schedule's start, default the paper's 0.1 for GRPO).
+The config string is VARIANT[,OPTION...]; OPTION is `study` (the study's length, below),
+`scratch` (random init and the SFT inside the run instead of the shipped SFT checkpoints),
+`q=Q` (noisy_oracle's flip probability, default 0.2) or `alpha0=A` (the α schedule's start,
+default the paper's 0.1 for GRPO).
+
+Length: with `study`, every arm makes 36 generator updates, evaluated after 0, 12, 24 and 36
+(the runs of scripts/study/study.py --task last_letter and docs/last_letter.md; a Tango run
+takes ~36 min alone on the 2-core CPU). Without it, the same run halved so that the plain
+command is a quick end-to-end look: 18 generator updates (tango: 6 verifier updates after the
+10 warm-up ones), evaluated at the start and the end only (not after tango's warm-up).
 
 The task (tango_jax/data/last_letter.py): words of 2-4 random letters; RL on 4-6 words, held-out
 evaluation on 4-6 words (in-distribution) and 7-8 words (unseen lengths), each bucket reported
@@ -32,8 +40,8 @@ evaluated on the same held-out samples per seed, so differences are paired):
   * noisy_oracle: the oracle's labels, each flipped with probability q;
   * fixed_generator: the verifier's RL on the frozen SFT generator, as many verifier updates as
     tango makes (its step-F1 curve; paper Fig. 4).
-Every arm that trains the generator has the same number of generator steps (`GENERATOR_STEPS`)
-and the same α schedule.
+Every arm that trains the generator has the same number of generator steps (`GENERATOR_STEPS`,
+`STUDY_GENERATOR_STEPS` with `study`) and the same α schedule over them.
 
 SFT checkpoints: tango_jax/assets/tiny_letters_sft/, made by
 `python scripts/assets/make_letters_sft.py` (a generator SFT and a verifier SFT from random
@@ -47,48 +55,55 @@ from tango_jax.config.run import base_config
 
 VARIANTS = ("tango", "grpo", "fixed_verifier", "oracle", "noisy_oracle", "fixed_generator")
 SFT_ASSETS = Path(tango_jax.__file__).resolve().parent / "assets" / "tiny_letters_sft"
-GENERATOR_STEPS = 36  # generator updates of every arm
+STUDY_GENERATOR_STEPS = 36  # generator updates of every arm, with `study`
+STUDY_EVAL_EVERY = 12  # generator updates between evaluations, with `study`
+GENERATOR_STEPS = 18  # without `study`: evaluated at the start and the end
 VERIFIER_WARMUP = 10  # tango only: verifier steps before the first generator step
 
 
-def _options(arg: str) -> tuple[str, bool, float, float]:
-    """(variant, scratch, q, alpha0) from 'VARIANT[,scratch][,q=Q][,alpha0=A]'."""
+def _options(arg: str) -> tuple[str, bool, float, float, bool]:
+    """(variant, scratch, q, alpha0, study) from
+    'VARIANT[,study][,scratch][,q=Q][,alpha0=A]'."""
     variant, *options = arg.split(",")
     if variant not in VARIANTS:
         raise ValueError(
             f"unknown variant {variant!r} in config string {arg!r}; choose one of {VARIANTS}."
         )
-    scratch, q, alpha0 = False, 0.2, 0.1
+    scratch, q, alpha0, study = False, 0.2, 0.1, False
     for option in options:
         key, eq, value = option.partition("=")
         if option == "scratch":
             scratch = True
+        elif option == "study":
+            study = True
         elif eq and key == "q" and variant == "noisy_oracle":
             q = float(value)
         elif eq and key == "alpha0":
             alpha0 = float(value)
         else:
             raise ValueError(
-                f"unknown option {option!r} in config string {arg!r}: write scratch, alpha0=A, "
-                "or q=Q (noisy_oracle only)."
+                f"unknown option {option!r} in config string {arg!r}: write study, scratch, "
+                "alpha0=A, or q=Q (noisy_oracle only)."
             )
-    return variant, scratch, q, alpha0
+    return variant, scratch, q, alpha0, study
 
 
 def get_config(arg: str = "tango"):
-    variant, scratch, q, alpha0 = _options(arg)
+    variant, scratch, q, alpha0, study = _options(arg)
+    g_steps = STUDY_GENERATOR_STEPS if study else GENERATOR_STEPS
     c = base_config()
     suffix = "" if variant == "tango" else f"_{variant}"
     suffix += f"_q{q:g}" if variant == "noisy_oracle" else ""
     suffix += f"_a{alpha0:g}" if alpha0 != 0.1 else ""
+    suffix += "" if study else "_quick"
     c.name = f"tiny_letters{suffix}"
     c.run_dir = f"runs/tiny_letters{suffix}"
     c.scorer_workers = 1  # exact string match: nothing to parallelise
     c.data.source = "last_letter"
     c.data.prompt_style = "compact"
     c.data.prompts_per_step = 32
-    # 350 held-out problems x 4 samples: 1400 sampled answers per evaluation, ~1000 of them on
-    # the trained lengths (standard error of an accuracy near 0.3: ~0.015)
+    # 350 held-out problems x 4 samples: 1400 sampled answers per evaluation, 876 of them on
+    # the trained lengths (standard error of an accuracy near 0.35: ~0.016)
     # the SFT's word counts: the whole RL range (make_letters_sft.py: format SFT on 2-3 words,
     # then this length SFT on 2-6 words, then the verifier's SFT)
     c.data.letters.sft_max_words = 6
@@ -96,7 +111,9 @@ def get_config(arg: str = "tango"):
     c.data.eval_size = 350
     c.eval.sampled = True
     c.eval.sampled_n = 4
-    c.eval.every_generator_steps = 12  # 4 evaluations: steps 0, 12, 24, 36
+    # study: 4 evaluations, after 0, 12, 24 and 36 generator updates; else at the start and end
+    c.eval.every_generator_steps = STUDY_EVAL_EVERY if study else g_steps
+    c.eval.after_verifier_warmup = study  # quick: no evaluation after tango's warm-up
     c.eval.process_bench_size = 128
     c.checkpoint.every_steps = 20
     c.checkpoint.keep = 2
@@ -124,7 +141,7 @@ def get_config(arg: str = "tango"):
         # 0.797 -> 0.637); at 3e-5 it held (0.467 / 0.755); docs/last_letter.md
         role.trainer.optimizer.learning_rate = 3e-5 if name == "generator" else 1e-4
         role.trainer.micro_batch_size = 8
-    c.schedule.total_steps = VERIFIER_WARMUP + GENERATOR_STEPS * 4 // 3  # [G, G, G, V] cycles
+    c.schedule.total_steps = VERIFIER_WARMUP + g_steps * 4 // 3  # [G, G, G, V] cycles
     c.schedule.verifier_warmup_steps = VERIFIER_WARMUP
     c.algorithm.alpha.alpha0 = alpha0
     c.algorithm.verifier_consistent_verdict = True  # what worked on arithmetic (docs/miniature.md)
@@ -139,13 +156,13 @@ def get_config(arg: str = "tango"):
     c.sft.verifier.start_from_generator = scratch
     if variant == "fixed_generator":  # tango's verifier updates, the generator never updated
         c.generator.trainable = False
-        c.schedule.total_steps = VERIFIER_WARMUP + GENERATOR_STEPS // 3
+        c.schedule.total_steps = VERIFIER_WARMUP + g_steps // 3
         c.eval.every_verifier_steps = 4
         c.eval.sampled = False  # the generator does not change: its step-0 numbers stand
         return c
     if variant != "tango":  # the same generator steps, no verifier updates
         c.verifier.trainable = False
-        c.schedule.total_steps = GENERATOR_STEPS
+        c.schedule.total_steps = g_steps
         c.schedule.verifier_warmup_steps = 0
     if variant in ("grpo", "oracle", "noisy_oracle"):
         c.verifier.enable = False

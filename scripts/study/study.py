@@ -78,9 +78,18 @@ def run_dir(root: Path, variant: str, seed: int) -> Path:
 
 
 def command(
-    root: Path, variant: str, seed: int, overrides: list[str], sft: str, config_file: str = CONFIG
+    root: Path,
+    variant: str,
+    seed: int,
+    overrides: list[str],
+    sft: str,
+    config_file: str = CONFIG,
+    options: str = "",
 ) -> list[str]:
-    config = config_file if variant == "tango" else f"{config_file}:{variant}"
+    """`options`: appended to the config string (last_letter: ',study', the study's length)."""
+    config = f"{config_file}:{variant}{options}"
+    if variant == "tango" and not options:
+        config = config_file
     start = []
     if sft:  # checkpoints other than the config's shipped ones
         start = [
@@ -126,12 +135,18 @@ def make_sft(root: Path, seed: int) -> str:
 
 
 def run(
-    root: Path, variant: str, seed: int, overrides: list[str], sft: str, config_file: str = CONFIG
+    root: Path,
+    variant: str,
+    seed: int,
+    overrides: list[str],
+    sft: str,
+    config_file: str = CONFIG,
+    options: str = "",
 ) -> str:
     """One run, from the SFT checkpoints in `sft` (default: the config's shipped ones)."""
     t0 = time.perf_counter()
     with open(root / f"{variant}_s{seed}.log", "a") as log:
-        cmd = command(root, variant, seed, overrides, sft, config_file)
+        cmd = command(root, variant, seed, overrides, sft, config_file, options)
         rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
     minutes = (time.perf_counter() - t0) / 60
     return f"{variant} seed {seed}: rc {rc}, {minutes:.1f} min"

@@ -35,8 +35,19 @@ def _diff(a, b) -> set[str]:
 ALWAYS = {"name", "run_dir"}
 
 
-def test_arms_differ_only_where_they_should():
-    grpo, oracle = _cfg("grpo"), _cfg("oracle")
+def _arm(arg: str, study: bool):
+    """The arm `arg` (VARIANT[,OPTION...]), at the study's length or the plain command's."""
+    variant, *opts = arg.split(",")
+    return _cfg(",".join([variant, *(["study"] * study), *opts]))
+
+
+@pytest.mark.parametrize("study", [True, False], ids=["study", "quick"])
+def test_arms_differ_only_where_they_should(study):
+    def cfg(arg: str):
+        return _arm(arg, study)
+
+    g_steps = 36 if study else 18
+    grpo, oracle = cfg("grpo"), cfg("oracle")
     assert _diff(grpo, oracle) - ALWAYS == {
         "algorithm.step_rewards",
         "algorithm.step_source",
@@ -45,20 +56,23 @@ def test_arms_differ_only_where_they_should():
     # setting 3: RL on 4-6 words, the oracle judges the closing tokens (docs/last_letter.md)
     assert (grpo.data.letters.min_words, grpo.data.letters.max_words) == (4, 6)
     assert oracle.algorithm.oracle_closing_step and not grpo.algorithm.oracle_closing_step
-    noisy = _cfg("noisy_oracle,q=0.3")
+    noisy = cfg("noisy_oracle,q=0.3")
     assert _diff(oracle, noisy) - ALWAYS == {"algorithm.oracle_flip_prob"}
     assert noisy.algorithm.oracle_flip_prob == 0.3 and oracle.algorithm.oracle_flip_prob == 0.0
-    assert _diff(oracle, _cfg("oracle,alpha0=0.5")) - ALWAYS == {"algorithm.alpha.alpha0"}
-    tango, fixed = _cfg("tango"), _cfg("fixed_verifier")
+    assert _diff(oracle, cfg("oracle,alpha0=0.5")) - ALWAYS == {"algorithm.alpha.alpha0"}
+    tango, fixed = cfg("tango"), cfg("fixed_verifier")
     assert oracle.algorithm.step_source is StepSource.ORACLE
     assert tango.algorithm.step_source is StepSource.VERIFIER and fixed.verifier.enable
     assert not fixed.verifier.trainable and not grpo.verifier.enable
-    for cfg in (grpo, oracle, noisy, tango, fixed):  # one α horizon: the 36 generator steps
-        assert cfg.algorithm.alpha.total_steps == 36
-        assert cfg.generator == grpo.generator and cfg.data == grpo.data and cfg.eval == grpo.eval
-    assert tango.schedule.total_steps == 10 + 48 and tango.schedule.verifier_warmup_steps == 10
-    # the fixed generator: tango's 22 verifier updates, no generator update
-    frozen = _cfg("fixed_generator")
+    for c in (grpo, oracle, noisy, tango, fixed):  # one α horizon: the generator steps
+        assert c.algorithm.alpha.total_steps == g_steps
+        assert c.schedule.count(Kind.GENERATOR) == g_steps
+        assert c.generator == grpo.generator and c.data == grpo.data and c.eval == grpo.eval
+    assert tango.schedule.total_steps == 10 + g_steps * 4 // 3
+    assert tango.schedule.verifier_warmup_steps == 10
+    assert tango.eval.every_generator_steps == (12 if study else g_steps)
+    # the fixed generator: tango's verifier updates, no generator update
+    frozen = cfg("fixed_generator")
     assert _diff(tango, frozen) - ALWAYS == {
         "generator.trainable",
         "schedule.total_steps",
@@ -67,7 +81,8 @@ def test_arms_differ_only_where_they_should():
         "eval.every_verifier_steps",
         "eval.sampled",
     }
-    assert frozen.schedule.count(Kind.VERIFIER) == tango.schedule.count(Kind.VERIFIER) == 22
+    v_updates = 10 + g_steps // 3
+    assert frozen.schedule.count(Kind.VERIFIER) == tango.schedule.count(Kind.VERIFIER) == v_updates
     assert frozen.schedule.count(Kind.GENERATOR) == 0
 
 
@@ -78,3 +93,28 @@ def test_bad_config_strings():
         _cfg("oracle,q=0.1")
     with pytest.raises(ValueError, match="unknown option 'scrath'"):
         _cfg("grpo,scrath")
+
+
+def test_the_plain_command_is_the_study_run_halved():
+    """Without `study`, each arm is its study run with half the generator updates, evaluated at
+    the start and the end only; the study's runs are what docs/last_letter.md reports."""
+    for arm in ("tango", "grpo", "oracle", "noisy_oracle,q=0.3", "fixed_generator"):
+        study, quick = _arm(arm, True), _arm(arm, False)
+        assert _diff(study, quick) - ALWAYS == {
+            "schedule.total_steps",
+            "eval.every_generator_steps",
+            "eval.after_verifier_warmup",
+            "algorithm.alpha.total_steps",
+        }
+        assert quick.name.endswith("_quick") and not study.name.endswith("_quick")
+
+
+def test_the_letters_study_runs_every_arm_at_the_study_length():
+    from scripts_loader import load_script
+
+    sl = load_script("study", "study_letters")
+    for arm in ("tango", "oracle,alpha0=0.5"):
+        cmd = sl.study.command(Path("r"), arm, 3, [], "", sl.CONFIG, sl.OPTIONS)
+        config = cmd[cmd.index("--config") + 1]
+        assert config == f"{sl.CONFIG}:{arm},study"
+        assert _cfg(config.split(":", 1)[1]).algorithm.alpha.total_steps == 36
