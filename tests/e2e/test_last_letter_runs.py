@@ -21,7 +21,8 @@ pytestmark = pytest.mark.slow
 
 
 def _short(run_dir: Path, variant: str):
-    c = sibling_config(str(CONFIGS / "x.py"), "tiny_letters").get_config(f"{variant},scratch")
+    letters = sibling_config(str(CONFIGS / "x.py"), "tiny_letters")
+    c = letters.get_config(f"{variant},study,scratch")  # the study's runs, shortened
     c.run_dir = str(run_dir)
     c.mesh = dict(data=1, fsdp=2, tensor=4)  # the session's 8 simulated devices, as test_loop
     for stage in (c.sft.generator, c.sft.verifier):
