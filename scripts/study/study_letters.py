@@ -8,7 +8,8 @@
 
 Every arm (ARMS, or --variants: any config string of configs/tiny_letters.py, such as
 `noisy_oracle,q=0.1` or `oracle,alpha0=0.5`) runs once per seed from the same SFT checkpoints,
-prompt stream and evaluation samples (a finished run is skipped), so arms are paired by seed.
+prompt stream and evaluation samples (a finished run is skipped, and so is a run with a record
+in --summary-dir), so arms are paired by seed.
 Runs can be added in chunks, on any machine: each finished run's record (its curves, its
 verifier's step ranking, its config) is written to `--summary-dir/runs/ARM_sSEED.json`, and the
 summary reads those records as well as the runs under --root (a run under --root replaces its
@@ -397,16 +398,17 @@ def main(args) -> int:
     arms = args.variants or list(ARMS)
     if args.sft_per_seed:
         raise SystemExit("--sft-per-seed is not available for --task last_letter; use --sft-from.")
+    out = Path(args.summary_dir or root)
     if not args.summary_only:
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
             jobs = [
                 pool.submit(study.run, root, arm, s, args.set, args.sft_from, CONFIG, OPTIONS)
                 for s in args.seeds
                 for arm in arms
+                if not record_path(out, arm, s).exists()  # recorded: finished elsewhere
             ]
             for done in concurrent.futures.as_completed(jobs):
                 print(done.result(), flush=True)
-    out = Path(args.summary_dir or root)
     fresh = collect(root, arms, args.seeds)
     ranked = [a for a in arms if a in RL_VERIFIER]
     save_records(out, root, fresh, study.ranking(root, args.seeds, RANKING_ITEMS, ranked))

@@ -168,10 +168,11 @@ def test_the_letters_table_says_how_right_the_step_labels_were():
     assert want in section and "grpo" not in section
 
 
-def test_the_letters_summary_reads_committed_run_records_without_the_runs(tmp_path):
+def test_the_letters_summary_reads_committed_run_records_without_the_runs(tmp_path, monkeypatch):
     """Seeds run on another machine (their run directories gone) are summarised from their
-    records in the summary directory, with any runs under --root; a record saved for the same
-    arm and seed again replaces the old one, and a record under the wrong name is refused."""
+    records in the summary directory, with any runs under --root, and are not run again; a
+    record saved for the same arm and seed again replaces the old one, and a record under the
+    wrong name is refused."""
     import argparse
     import json
 
@@ -201,6 +202,13 @@ def test_the_letters_summary_reads_committed_run_records_without_the_runs(tmp_pa
     table = (out / "table.md").read_text()
     assert "| oracle | 5 |" in table and "the gate holds" in table and "s1 0.600 -> 0.600" in table
     assert json.loads((out / "results.json").read_text()) == results
+    # running the study again trains nothing: every (arm, seed) has its record
+    launched = []
+    monkeypatch.setattr(sl.study, "run", lambda *a: launched.append(a) or "ran")
+    assert sl.main(argparse.Namespace(**{**vars(args), "summary_only": False})) == 0
+    assert launched == []
+    assert sl.main(argparse.Namespace(**{**vars(args), "summary_only": False, "seeds": [6]})) == 0
+    assert sorted(a[1] for a in launched) == ["grpo", "oracle"]
 
     rerun = {"grpo": {"1": {sl.PRIMARY: curve([0.3, 0.5])}}}
     sl.save_records(out, root, rerun, {})
