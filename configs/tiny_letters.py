@@ -1,6 +1,6 @@
 """Tiny Tango on last-letter concatenation (paper §4.3, App. D.2), end to end on a 2-core CPU.
 
-    python -m tango_jax.train --config configs/tiny_letters.py                  # Tango, ~15 min
+    python -m tango_jax.train --config configs/tiny_letters.py                  # Tango, 13 min
     python -m tango_jax.train --config configs/tiny_letters.py:tango,study      # the study's run
     python -m tango_jax.train --config configs/tiny_letters.py:grpo             # outcome only
     python -m tango_jax.train --config configs/tiny_letters.py:oracle           # true step labels
