@@ -24,7 +24,9 @@ for the arms that train the verifier, its threshold-free step ranking before and
 also in `ranking.json`) and `fig4.png` (the paper's Fig. 4 panels: generator accuracy of each
 arm on trained and on unseen lengths, greedy, and the verifier's step F1; then each arm's
 sampled accuracy minus GRPO's in the same seed, the paired view of the claim; mean ± 95%
-interval over seeds).
+interval over seeds) and `dose.png` (each step-reward arm's AUC gain over GRPO against the
+informedness of its step labels: the oracle, the noisy oracle's doses, and where the learned
+verifiers sit on that curve; also a section of `table.md`).
 
 Primary metric: the area under the held-out sampled accuracy (T = 1, trained lengths) against
 generator updates, divided by the number of updates (the curve's mean height). Seed 0 is the
@@ -34,11 +36,14 @@ tuning seed: report seeds 1-10.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
+import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import study
+from scipy import stats
 
 from tango_jax.eval import analysis
 from tango_jax.eval import paired_study as ps
@@ -216,12 +221,156 @@ def verifier_rows(results: dict, arms, seeds) -> list[str]:
     ]
 
 
+@functools.cache
+def arm_config(arm: str):
+    """configs/tiny_letters.py's config for `arm` (a config string)."""
+    spec = importlib.util.spec_from_file_location("tiny_letters_config", CONFIG)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(arm + OPTIONS)
+
+
+def nominal_informedness(arm: str) -> float | None:
+    """For an arm whose generator is trained on step rewards at the default α schedule: the
+    informedness its step labels have by construction (the oracle 1, the noisy oracle 1 - 2q),
+    NaN for a learned verifier's (known only as measured); None for the other arms (no step
+    rewards, no generator updates, or another α0: not on the same dose-response curve)."""
+    c, base = arm_config(arm), arm_config(arm.split(",")[0])
+    if not (c.algorithm.step_rewards and c.generator.trainable):
+        return None
+    if c.algorithm.alpha.alpha0 != base.algorithm.alpha.alpha0:
+        return None
+    if c.algorithm.step_source == "oracle":
+        return 1.0 - 2.0 * c.algorithm.oracle_flip_prob
+    return float("nan")
+
+
+def line_fit(x, y) -> dict:
+    """Least squares y = a + b x with 95% t-intervals (n - 2 degrees of freedom) on a and b."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    n = x.size
+    X = np.stack([np.ones(n), x], 1)
+    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+    dof = n - 2
+    resid = y - X @ coef
+    cov = (resid @ resid / dof) * np.linalg.inv(X.T @ X)
+    t = stats.t.ppf(0.975, dof)
+    se = np.sqrt(np.diag(cov))
+    return {"a": coef[0], "b": coef[1], "a_half": t * se[0], "b_half": t * se[1], "n": n}
+
+
+def dose_response(runs: dict, arms) -> tuple[list[dict], dict | None]:
+    """Each step-reward arm's informedness (measured where its runs log it, else nominal) and
+    its AUC gain over GRPO paired by seed; and a line through the per-seed gains of the oracle
+    arms (oracle, noisy oracle) against their nominal informedness, where 2+ doses exist."""
+    grpo = {s: x["auc"] for s, x in runs.get("grpo", {}).items()}
+    rows, xs, ys = [], [], []
+    for arm in arms:
+        nominal = nominal_informedness(arm)
+        if nominal is None or not runs.get(arm) or not grpo:
+            continue
+        measured = [x["informed"] for x in runs[arm].values() if "informed" in x]
+        c = ps.paired(f"{arm} - grpo", {s: x["auc"] for s, x in runs[arm].items()}, grpo)
+        if not c.n:
+            continue
+        rows.append(
+            {
+                "arm": arm,
+                "nominal": nominal,
+                "measured": study.mean_ci(measured) if measured else None,
+                "n_measured": len(measured),
+                "gain": c,
+            }
+        )
+        if not np.isnan(nominal):
+            xs += [nominal] * c.n
+            ys += list(c.diffs)
+    rows.sort(key=lambda r: r["measured"][0] if r["measured"] else r["nominal"])
+    fit = line_fit(xs, ys) if len(set(xs)) >= 2 and len(xs) >= 3 else None
+    return rows, fit
+
+
+def dose_lines(rows: list[dict], fit: dict | None) -> list[str]:
+    if not rows:
+        return []
+    lines = [
+        "",
+        "Dose-response: AUC gain over GRPO (paired by seed) against the informedness of the "
+        "step labels behind the step rewards (right steps labelled CORRECT + wrong ones "
+        "INCORRECT - 1; measured over the run where logged, else by construction):",
+        "",
+        "| arm | informedness | n | AUC - GRPO | p |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        m, c = r["measured"], r["gain"]
+        inf = f"{study.fmt(*m)} measured (n {r['n_measured']})" if m else ""
+        if not np.isnan(r["nominal"]):
+            inf = (inf + "; " if inf else "") + f"{r['nominal']:.1f} by construction"
+        lines.append(f"| {r['arm']} | {inf} | {c.n} | {study.fmt(c.mean, c.half)} | {c.p:.3g} |")
+    if fit:
+        lines += [
+            "",
+            f"Line through the oracle arms' per-seed gains ({fit['n']} points; seeds taken as "
+            "independent, so the intervals are approximate): AUC - GRPO = "
+            f"{study.fmt(fit['a'], fit['a_half'])} + {study.fmt(fit['b'], fit['b_half'])} x "
+            "informedness.",
+        ]
+        for r in rows:
+            if np.isnan(r["nominal"]) and r["measured"]:
+                x = r["measured"][0]
+                lines.append(
+                    f"- {r['arm']}: at its measured informedness {x:.3f} the line predicts "
+                    f"{fit['a'] + fit['b'] * x:+.4f} (an extrapolation below the lowest dose); "
+                    f"measured {r['gain'].mean:+.4f}."
+                )
+    return lines
+
+
+def plot_dose(rows: list[dict], fit: dict | None, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    for i, r in enumerate(rows):
+        x = r["measured"][0] if r["measured"] else r["nominal"]
+        c = r["gain"]
+        ax.errorbar(
+            x,
+            c.mean,
+            yerr=np.nan_to_num(c.half),
+            fmt="o",
+            color=f"C{i}",
+            capsize=3,
+            label=f"{r['arm']} (n={c.n})",
+        )
+    if fit:
+        x = np.linspace(0, 1, 11)
+        ax.plot(x, fit["a"] + fit["b"] * x, "k--", lw=0.8, label="line through the oracle arms")
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_xlabel("informedness of the step labels")
+    ax.set_ylabel("AUC minus GRPO's, same seed")
+    ax.set_title("generator gain against step-label quality", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
 def _cell(values) -> str:
     return study.fmt(*study.mean_ci(values)) if len(values) else "-"
 
 
+def summaries(results: dict, arms, seeds) -> dict:
+    """{arm: {seed: per_run(...)}} of the finished runs."""
+    return {a: {s: r for s in seeds if (r := per_run(results, a, s))} for a in arms}
+
+
 def table(results: dict, arms, seeds) -> tuple[str, list[ps.Contrast]]:
-    runs = {a: {s: r for s in seeds if (r := per_run(results, a, s))} for a in arms}
+    runs = summaries(results, arms, seeds)
     lines = [
         f"Seeds {seeds} (those finished per arm: n); mean ± 95% t-interval over seeds. "
         "Accuracy: held-out, T = 1, trained lengths unless said; AUC: area under that curve "
@@ -264,6 +413,7 @@ def table(results: dict, arms, seeds) -> tuple[str, list[ps.Contrast]]:
                     f"- {a}: right {_cell([x['labels'] for x in rows])}, informedness "
                     f"{_cell(j)} (n {len(rows)})"
                 )
+    lines += dose_lines(*dose_response(runs, arms))
     lines += ["", "Per seed (AUC; final):", ""]
     for arm in arms:
         cells = [f"s{s} {x['auc']:.3f}; {x['final']:.3f}" for s, x in runs[arm].items()]
@@ -427,5 +577,8 @@ def main(args) -> int:
         )
     (out / "table.md").write_text(text)
     plot(results, arms, args.seeds, out / "fig4.png")
+    rows, fit = dose_response(summaries(results, arms, args.seeds), arms)
+    if rows:
+        plot_dose(rows, fit, out / "dose.png")
     print(text)
     return 0

@@ -168,6 +168,62 @@ def test_the_letters_table_says_how_right_the_step_labels_were():
     assert want in section and "grpo" not in section
 
 
+def test_the_letters_nominal_informedness_of_each_arm():
+    """By construction: oracle 1, noisy oracle 1 - 2q (default q 0.2); a learned verifier NaN
+    (measured only); off the curve: no step rewards, frozen generator, another α0."""
+    sl = _study_letters()
+    assert sl.nominal_informedness("oracle") == 1.0
+    assert sl.nominal_informedness("noisy_oracle,q=0.1") == pytest.approx(0.8)
+    assert sl.nominal_informedness("noisy_oracle") == pytest.approx(0.6)
+    assert np.isnan(sl.nominal_informedness("tango"))
+    assert np.isnan(sl.nominal_informedness("fixed_verifier"))
+    for arm in ("grpo", "fixed_generator", "oracle,alpha0=0.5", "tango,alpha0=0.5"):
+        assert sl.nominal_informedness(arm) is None, arm
+
+
+def test_the_letters_line_fit_matches_scipy():
+    sl = _study_letters()
+    rng = np.random.default_rng(0)
+    x = np.repeat([0.4, 0.6, 0.8, 1.0], 5)
+    y = 0.001 + 0.008 * x + rng.normal(0, 0.003, x.size)
+    fit, ref = sl.line_fit(x, y), stats.linregress(x, y)
+    t = stats.t.ppf(0.975, x.size - 2)
+    assert fit["b"] == pytest.approx(ref.slope) and fit["a"] == pytest.approx(ref.intercept)
+    assert fit["b_half"] == pytest.approx(t * ref.stderr)
+    assert fit["a_half"] == pytest.approx(t * ref.intercept_stderr)
+
+
+def test_the_letters_dose_response_by_hand():
+    """Gains over GRPO paired by seed; the line through the oracle arms only; the learned
+    verifier placed at its measured informedness."""
+    sl = _study_letters()
+    curve = lambda y1: [[0, 0.3, 0, 0], [12, y1, 12, 0]]  # AUC (0.3 + y1) / 2
+    gains = {"oracle": (0.010, 0.012), "noisy_oracle,q=0.3": (0.004, 0.006)}
+    arms = ["grpo", "oracle", "noisy_oracle,q=0.3", "fixed_verifier", "oracle,alpha0=0.5"]
+    results = {a: {} for a in arms}
+    for i, s in enumerate((1, 2)):
+        results["grpo"][str(s)] = {sl.PRIMARY: curve(0.3)}
+        for arm, g in gains.items():
+            results[arm][str(s)] = {sl.PRIMARY: curve(0.3 + 2 * g[i])}
+        results["oracle,alpha0=0.5"][str(s)] = {sl.PRIMARY: curve(0.5)}
+        results["fixed_verifier"][str(s)] = {
+            sl.PRIMARY: curve(0.3 - 0.002),
+            sl.INFORMED: [[1, 0.02, 1, 0], [2, 0.04, 2, 0]],
+        }
+    rows, fit = sl.dose_response(sl.summaries(results, arms, [1, 2]), arms)
+    assert [r["arm"] for r in rows] == ["fixed_verifier", "noisy_oracle,q=0.3", "oracle"]
+    assert rows[0]["measured"][0] == pytest.approx(0.03)
+    assert rows[0]["gain"].mean == pytest.approx(-0.001)
+    assert rows[2]["gain"].diffs == pytest.approx(gains["oracle"])
+    # per-seed points (0.4, .004), (0.4, .006), (1, .010), (1, .012): slope 0.01, intercept 0.001
+    assert fit["n"] == 4
+    assert fit["b"] == pytest.approx(0.01) and fit["a"] == pytest.approx(0.001)
+    text = "\n".join(sl.dose_lines(rows, fit))
+    assert "| oracle | 1.0 by construction | 2 | 0.011 ± " in text
+    assert "fixed_verifier: at its measured informedness 0.030 the line predicts +0.0013" in text
+    assert "alpha0" not in text
+
+
 def test_the_letters_summary_reads_committed_run_records_without_the_runs(tmp_path, monkeypatch):
     """Seeds run on another machine (their run directories gone) are summarised from their
     records in the summary directory, with any runs under --root, and are not run again; a
