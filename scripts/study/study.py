@@ -248,13 +248,16 @@ RANKING = {
 }
 
 
-def ranking(root: Path, seeds: list[int], items: int = 256, variants=VARIANTS) -> dict:
+def ranking(
+    root: Path, seeds: list[int], items: int = 256, variants=VARIANTS, skip=frozenset()
+) -> dict:
     """Threshold-free location skill of each run's verifier before and after RL
     (`process_bench.step_ranking` of `step_probe`'s teacher-forced P(INCORRECT) at
     every step judgment): {variant: {seed: {"start": {...}, "final": {...}}}}. The start is the
     SFT verifier the run began RL from; the items are the first `items` of the run's own
     miniature ProcessBench stream (its held-out evaluation's items come first), on either
-    generated task (`step_probe.bench`)."""
+    generated task (`step_probe.bench`). Runs in `skip` ((variant, seed) pairs: measured
+    before) are left out."""
     from tango_jax.config.run import load_run_config
     from tango_jax.eval import step_probe
 
@@ -272,6 +275,8 @@ def ranking(root: Path, seeds: list[int], items: int = 256, variants=VARIANTS) -
     out: dict = {}
     for variant in variants:
         for seed in seeds:
+            if (variant, seed) in skip:
+                continue
             path = run_dir(root, variant, seed)
             final = path / "hf" / "verifier"
             if not (final / "config.json").exists():

@@ -274,6 +274,41 @@ def test_the_letters_summary_reads_committed_run_records_without_the_runs(tmp_pa
         sl.load_records(out, ["grpo"], [2])
 
 
+def test_the_letters_summary_reuses_a_recorded_ranking_of_an_unchanged_run(tmp_path, monkeypatch):
+    """A run under --root whose record (written after the run's final verifier) has its step
+    ranking is not probed again; a run changed since its record (or without one) is."""
+    import argparse
+    import json
+    import os
+
+    sl = _study_letters()
+    root, out = tmp_path / "runs", tmp_path / "summary"
+    ranking = {k: {"auroc": 0.6, "top1": 0.4, "gap": 0.1} for k in ("start", "final")}
+    for s in (1, 2, 3):
+        verifier = root / f"tango_s{s}" / "hf" / "verifier"
+        verifier.mkdir(parents=True)
+        (verifier / "config.json").write_text("{}")
+        os.utime(verifier / "config.json", (1000, 1000))
+    for s in (1, 2):  # records of seeds 1 and 2; seed 2's run changed after its record
+        rec = sl.record_path(out, "tango", s)
+        rec.parent.mkdir(parents=True, exist_ok=True)
+        rec.write_text(json.dumps({"arm": "tango", "seed": s, "curves": {}, "ranking": ranking}))
+        os.utime(rec, (2000, 2000))
+    os.utime(root / "tango_s2" / "hf" / "verifier" / "config.json", (3000, 3000))
+    assert sl.ranked_records(out, root, ["tango"], [1, 2, 3]) == {"tango": {"1": ranking}}
+
+    probed = []
+    monkeypatch.setattr(
+        sl.study, "ranking", lambda root, seeds, items, arms, skip: probed.append(skip) or {}
+    )
+    args = argparse.Namespace(
+        root=str(root), variants=["tango"], seeds=[1, 2, 3], sft_per_seed=False,
+        summary_only=True, summary_dir=str(out), jobs=1, set=[], sft_from="",
+    )  # fmt: skip
+    assert sl.main(args) == 0
+    assert probed == [{("tango", 1)}]
+
+
 def test_the_letters_paired_curve_subtracts_grpo_of_the_same_seed():
     """Each seed's arm curve minus GRPO's at the same generator updates (Tango's repeated
     evaluation after its warm-up counted once); a seed without a GRPO run is left out."""
