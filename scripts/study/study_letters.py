@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
-import importlib.util
 import json
 from pathlib import Path
 
@@ -45,6 +44,7 @@ import numpy as np
 import study
 from scipy import stats
 
+from tango_jax.config.run import sibling_config
 from tango_jax.eval import analysis
 from tango_jax.eval import paired_study as ps
 
@@ -136,8 +136,8 @@ def ranked_records(out: Path, root: Path, arms, seeds) -> dict:
     ranks: dict = {}
     for arm in arms:
         for seed in seeds:
-            rec, final = record_path(out, arm, seed), study.run_dir(root, arm, seed) / "hf"
-            done = final / "verifier" / "config.json"
+            rec = record_path(out, arm, seed)
+            done = study.run_dir(root, arm, seed) / "hf" / "verifier" / "config.json"
             if rec.exists() and done.exists() and rec.stat().st_mtime > done.stat().st_mtime:
                 r = json.loads(rec.read_text()).get("ranking")
                 if r:
@@ -240,10 +240,7 @@ def verifier_rows(results: dict, arms, seeds) -> list[str]:
 @functools.cache
 def arm_config(arm: str):
     """configs/tiny_letters.py's config for `arm` (a config string)."""
-    spec = importlib.util.spec_from_file_location("tiny_letters_config", CONFIG)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(arm + OPTIONS)
+    return sibling_config(CONFIG, "tiny_letters").get_config(arm + OPTIONS)
 
 
 def nominal_informedness(arm: str) -> float | None:
@@ -263,16 +260,15 @@ def nominal_informedness(arm: str) -> float | None:
 
 def line_fit(x, y) -> dict:
     """Least squares y = a + b x with 95% t-intervals (n - 2 degrees of freedom) on a and b."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    n = x.size
-    X = np.stack([np.ones(n), x], 1)
-    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
-    dof = n - 2
-    resid = y - X @ coef
-    cov = (resid @ resid / dof) * np.linalg.inv(X.T @ X)
-    t = stats.t.ppf(0.975, dof)
-    se = np.sqrt(np.diag(cov))
-    return {"a": coef[0], "b": coef[1], "a_half": t * se[0], "b_half": t * se[1], "n": n}
+    r = stats.linregress(x, y)
+    t = stats.t.ppf(0.975, len(x) - 2)
+    return {
+        "a": r.intercept,
+        "b": r.slope,
+        "a_half": t * r.intercept_stderr,
+        "b_half": t * r.stderr,
+        "n": len(x),
+    }
 
 
 def dose_response(runs: dict, arms) -> tuple[list[dict], dict | None]:
