@@ -2,6 +2,7 @@
 
     python -m tango_jax.train --config configs/tiny_letters.py                  # Tango, 13 min
     python -m tango_jax.train --config configs/tiny_letters.py:tango,study      # the study's run
+    python -m tango_jax.train --config configs/tiny_letters.py:tango,fast       # the short study
     python -m tango_jax.train --config configs/tiny_letters.py:grpo             # outcome only
     python -m tango_jax.train --config configs/tiny_letters.py:oracle           # true step labels
     python -m tango_jax.train --config configs/tiny_letters.py:noisy_oracle,q=0.2
@@ -10,14 +11,17 @@
     python -m tango_jax.train --config configs/tiny_letters.py:fixed_generator
     python -m tango_jax.train --config configs/tiny_letters.py:tango,scratch    # SFT in the run
 
-The config string is VARIANT[,OPTION...]; OPTION is `study` (the study's length, below),
-`scratch` (random init and the SFT inside the run instead of the shipped SFT checkpoints),
+The config string is VARIANT[,OPTION...]; OPTION is `study` or `fast` (the study's length,
+below), `scratch` (random init and the SFT inside the run instead of the shipped SFT checkpoints),
 `q=Q` (noisy_oracle's flip probability, default 0.2) or `alpha0=A` (the α schedule's start,
 default the paper's 0.1 for GRPO).
 
 Length: with `study`, every arm makes 36 generator updates, evaluated after 0, 12, 24 and 36
 (the runs of scripts/study/study.py --task last_letter and docs/last_letter.md; a Tango run
-takes ~36 min alone on the 2-core CPU). Without it, the same run halved so that the plain
+takes ~36 min alone on the 2-core CPU). With `fast`, the short study (study.py --length fast):
+12 generator updates, evaluated after 0, 4, 8 and 12 on 250 held-out problems of the trained
+lengths only (1,000 sampled answers; no unseen-length bucket, which is 0 at this scale), and
+not after tango's warm-up. Without either, the same run halved so that the plain
 command is a quick end-to-end look: 18 generator updates (tango: 6 verifier updates after the
 10 warm-up ones), evaluated at the start and the end only (not after tango's warm-up).
 
@@ -57,45 +61,56 @@ VARIANTS = ("tango", "grpo", "fixed_verifier", "oracle", "noisy_oracle", "fixed_
 SFT_ASSETS = Path(tango_jax.__file__).resolve().parent / "assets" / "tiny_letters_sft"
 STUDY_GENERATOR_STEPS = 36  # generator updates of every arm, with `study`
 STUDY_EVAL_EVERY = 12  # generator updates between evaluations, with `study`
+FAST_GENERATOR_STEPS = 12  # with `fast`
+FAST_EVAL_EVERY = 4
+FAST_EVAL_SIZE = 250  # held-out problems of the trained lengths, with `fast`
 GENERATOR_STEPS = 18  # without `study`: evaluated at the start and the end
 VERIFIER_WARMUP = 10  # tango only: verifier steps before the first generator step
 
 
-def _options(arg: str) -> tuple[str, bool, float, float, bool]:
-    """(variant, scratch, q, alpha0, study) from
-    'VARIANT[,study][,scratch][,q=Q][,alpha0=A]'."""
+def _options(arg: str) -> tuple[str, bool, float, float, str]:
+    """(variant, scratch, q, alpha0, length) from
+    'VARIANT[,study|,fast][,scratch][,q=Q][,alpha0=A]'; length is 'study', 'fast' or ''."""
     variant, *options = arg.split(",")
     if variant not in VARIANTS:
         raise ValueError(
             f"unknown variant {variant!r} in config string {arg!r}; choose one of {VARIANTS}."
         )
-    scratch, q, alpha0, study = False, 0.2, 0.1, False
+    scratch, q, alpha0, length = False, 0.2, 0.1, ""
     for option in options:
         key, eq, value = option.partition("=")
         if option == "scratch":
             scratch = True
-        elif option == "study":
-            study = True
+        elif option in ("study", "fast"):
+            if length and length != option:
+                raise ValueError(
+                    f"options {length!r} and {option!r} in config string {arg!r} are two "
+                    "lengths: choose one."
+                )
+            length = option
         elif eq and key == "q" and variant == "noisy_oracle":
             q = float(value)
         elif eq and key == "alpha0":
             alpha0 = float(value)
         else:
             raise ValueError(
-                f"unknown option {option!r} in config string {arg!r}: write study, scratch, "
-                "alpha0=A, or q=Q (noisy_oracle only)."
+                f"unknown option {option!r} in config string {arg!r}: write study, fast, "
+                "scratch, alpha0=A, or q=Q (noisy_oracle only)."
             )
-    return variant, scratch, q, alpha0, study
+    return variant, scratch, q, alpha0, length
 
 
 def get_config(arg: str = "tango"):
-    variant, scratch, q, alpha0, study = _options(arg)
-    g_steps = STUDY_GENERATOR_STEPS if study else GENERATOR_STEPS
+    variant, scratch, q, alpha0, length = _options(arg)
+    study = length == "study"
+    g_steps = {"study": STUDY_GENERATOR_STEPS, "fast": FAST_GENERATOR_STEPS}.get(
+        length, GENERATOR_STEPS
+    )
     c = base_config()
     suffix = "" if variant == "tango" else f"_{variant}"
     suffix += f"_q{q:g}" if variant == "noisy_oracle" else ""
     suffix += f"_a{alpha0:g}" if alpha0 != 0.1 else ""
-    suffix += "" if study else "_quick"
+    suffix += {"study": "", "fast": "_fast"}.get(length, "_quick")
     c.name = f"tiny_letters{suffix}"
     c.run_dir = f"runs/tiny_letters{suffix}"
     c.scorer_workers = 1  # exact string match: nothing to parallelise
@@ -111,9 +126,15 @@ def get_config(arg: str = "tango"):
     c.data.eval_size = 350
     c.eval.sampled = True
     c.eval.sampled_n = 4
-    # study: 4 evaluations, after 0, 12, 24 and 36 generator updates; else at the start and end
-    c.eval.every_generator_steps = STUDY_EVAL_EVERY if study else g_steps
-    c.eval.after_verifier_warmup = study  # quick: no evaluation after tango's warm-up
+    # study: 4 evaluations, after 0, 12, 24 and 36 generator updates; fast: after 0, 4, 8 and
+    # 12; else at the start and end
+    c.eval.every_generator_steps = {"study": STUDY_EVAL_EVERY, "fast": FAST_EVAL_EVERY}.get(
+        length, g_steps
+    )
+    c.eval.after_verifier_warmup = study  # quick and fast: no evaluation after tango's warm-up
+    if length == "fast":  # 250 x 4 = 1,000 sampled answers, all on the trained lengths
+        c.data.letters.unseen_max_words = c.data.letters.max_words
+        c.data.eval_size = FAST_EVAL_SIZE
     c.eval.process_bench_size = 128
     c.checkpoint.every_steps = 20
     c.checkpoint.keep = 2

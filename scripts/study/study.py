@@ -420,6 +420,14 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="each seed first makes its own SFT (scripts/assets/make_tiny_sft.py --seed S)",
     )
+    p.add_argument(
+        "--length",
+        default="study",
+        choices=("study", "fast"),
+        help="last_letter: the runs' length (configs/tiny_letters.py): study, 36 generator "
+        "updates (docs/last_letter.md's results, ~6 h for the primary arms over 10 seeds); fast, "
+        "12 updates on a smaller evaluation (docs/last_letter.md, 'The short study')",
+    )
     p.add_argument("--summary-only", action="store_true")
     p.add_argument(
         "--summary-dir",

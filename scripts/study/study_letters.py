@@ -51,6 +51,8 @@ from tango_jax.eval import paired_study as ps
 CONFIG = str(Path(__file__).resolve().parents[2] / "configs" / "tiny_letters.py")
 ARMS = ("grpo", "oracle", "tango", "fixed_verifier")
 OPTIONS = ",study"  # the study's length: 36 generator updates, evaluated every 12
+# --length: the config option of every run (configs/tiny_letters.py): `study` (above) or `fast`,
+# 12 generator updates evaluated every 4 on the trained lengths only (about a third of the time)
 PRIMARY = "eval/generator/sampled_accuracy/in"
 METRICS = {
     PRIMARY: "sampled accuracy, trained lengths",
@@ -145,9 +147,17 @@ def ranked_records(out: Path, root: Path, arms, seeds) -> dict:
     return ranks
 
 
-def load_records(out: Path, arms, seeds) -> tuple[dict, dict]:
+def run_length(config: dict) -> str:
+    """The length option a run was made with, from its config's name: 'fast', 'quick' (neither
+    option) or 'study'."""
+    name = config.get("name", "")
+    return next((x for x in ("fast", "quick") if name.endswith(f"_{x}")), "study")
+
+
+def load_records(out: Path, arms, seeds, length: str = "study") -> tuple[dict, dict]:
     """(results as `collect` returns them, ranks as `study.ranking` returns them) from the
-    records in `out/runs/` of the given arms and seeds."""
+    records in `out/runs/` of the given arms and seeds, all of them runs of `length` (a record
+    of the other length stops the summary: the two are not paired)."""
     results: dict = {}
     ranks: dict = {}
     for arm in arms:
@@ -160,6 +170,11 @@ def load_records(out: Path, arms, seeds) -> tuple[dict, dict]:
                 raise SystemExit(
                     f"{path}: a record of arm {rec.get('arm')!r} seed {rec.get('seed')!r}, "
                     f"not of {arm!r} seed {seed}; remove or rename it."
+                )
+            if run_length(rec.get("config", {})) != length:
+                raise SystemExit(
+                    f"{path}: a run of length {run_length(rec.get('config', {}))!r}, not "
+                    f"--length {length}; give each length its own --root and --summary-dir."
                 )
             results.setdefault(arm, {})[str(seed)] = rec["curves"]
             if "ranking" in rec:
@@ -561,10 +576,11 @@ def main(args) -> int:
     if args.sft_per_seed:
         raise SystemExit("--sft-per-seed is not available for --task last_letter; use --sft-from.")
     out = Path(args.summary_dir or root)
+    length = getattr(args, "length", "study")
     if not args.summary_only:
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
             jobs = [
-                pool.submit(study.run, root, arm, s, args.set, args.sft_from, CONFIG, OPTIONS)
+                pool.submit(study.run, root, arm, s, args.set, args.sft_from, CONFIG, "," + length)
                 for s in args.seeds
                 for arm in arms
                 if not record_path(out, arm, s).exists()  # recorded: finished elsewhere
@@ -578,7 +594,7 @@ def main(args) -> int:
     for a, by_seed in study.ranking(root, args.seeds, RANKING_ITEMS, ranked, skip).items():
         ranks.setdefault(a, {}).update(by_seed)
     save_records(out, root, fresh, ranks)
-    results, ranks = load_records(out, arms, args.seeds)
+    results, ranks = load_records(out, arms, args.seeds, length)
     (out / "results.json").write_text(json.dumps(results, indent=1))
     text, contrasts = table(results, arms, args.seeds)
     text = "Gate:\n\n" + gate(results, args.seeds, contrasts) + "\n\n" + text + "\n"
