@@ -21,9 +21,11 @@ Length: with `study`, every arm makes 36 generator updates, evaluated after 0, 1
 takes ~36 min alone on the 2-core CPU). With `fast`, the short study (study.py --length fast):
 12 generator updates, evaluated after 0, 4, 8 and 12 on 250 held-out problems of the trained
 lengths only (1,000 sampled answers; no unseen-length bucket, which is 0 at this scale), and
-not after tango's warm-up. Without either, the same run halved so that the plain
-command is a quick end-to-end look: 18 generator updates (tango: 6 verifier updates after the
-10 warm-up ones), evaluated at the start and the end only (not after tango's warm-up).
+not after tango's warm-up; at this length the oracle's gain over GRPO is not above 0 (seeds
+1-10), so the study's results are the `study` runs'. Without either, the same run halved so
+that the plain command is a quick end-to-end look: 18 generator updates (tango: 6 verifier
+updates after the 10 warm-up ones), evaluated at the start and the end only (not after
+tango's warm-up).
 
 The task (tango_jax/data/last_letter.py): words of 2-4 random letters; RL on 4-6 words, held-out
 evaluation on 4-6 words (in-distribution) and 7-8 words (unseen lengths), each bucket reported

@@ -426,7 +426,8 @@ def main(argv: list[str]) -> int:
         choices=("study", "fast"),
         help="last_letter: the runs' length (configs/tiny_letters.py): study, 36 generator "
         "updates (docs/last_letter.md's results, ~6 h for the primary arms over 10 seeds); fast, "
-        "12 updates on a smaller evaluation (docs/last_letter.md, 'The short study')",
+        "12 updates, ~3 h, where the oracle's gain and so the gate are lost (docs/last_letter.md, "
+        "'The short study')",
     )
     p.add_argument("--summary-only", action="store_true")
     p.add_argument(
@@ -435,6 +436,8 @@ def main(argv: list[str]) -> int:
         help="last_letter: where results.json, table.md and fig4.png go (default --root)",
     )
     args = p.parse_args(argv)
+    if args.task != "last_letter" and args.length != "study":
+        p.error(f"--length {args.length}: only --task last_letter has lengths; leave it out.")
     if args.task == "last_letter":
         import study_letters
 

@@ -3,6 +3,8 @@
     python scripts/study/study.py --task last_letter --seeds 1 2 3 --root runs/letters
     python scripts/study/study.py --task last_letter --seeds 4 5 --root runs/letters  # later
     python scripts/study/study.py --task last_letter --variants grpo oracle --seeds 0  # gate pilot
+    python scripts/study/study.py --task last_letter --length fast --seeds 1 2 3 \
+        --root runs/letters_fast --summary-dir docs/study/last_letter_fast  # a third the length
     python scripts/study/study.py --task last_letter --summary-only --seeds 1 2 3 4 5 \\
         --root runs/letters --summary-dir docs/study/last_letter
 
@@ -528,10 +530,17 @@ def plot(results: dict, arms, seeds, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    n = len(METRICS) + 1
+    # the panels with data (`--length fast` has no unseen-length bucket)
+    panels = {
+        m: label
+        for m, label in METRICS.items()
+        if any(results.get(a, {}).get(str(s), {}).get(m) for a in arms for s in seeds)
+    }
+    n = len(panels) + 1
     color = {arm: f"C{i}" for i, arm in enumerate(arms)}  # one colour per arm in every panel
-    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.3))
-    for ax, (metric, label) in zip(axes, METRICS.items()):
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.3), squeeze=False)
+    axes = axes[0]
+    for ax, (metric, label) in zip(axes, panels.items()):
         for arm in arms:
             curves = [results.get(arm, {}).get(str(s), {}).get(metric) for s in seeds]
             curves = [c if metric == F1 else once_per_update(c) for c in curves if c]

@@ -109,6 +109,33 @@ def test_the_plain_command_is_the_study_run_halved():
         assert quick.name.endswith("_quick") and not study.name.endswith("_quick")
 
 
+def test_the_fast_length_is_the_study_shortened_and_evaluated_on_trained_lengths():
+    """`fast`: each arm is its study run with a third of the generator updates, evaluated every
+    4 on 250 problems of the trained lengths (1,000 sampled answers), not after the warm-up;
+    everything else, the arms' differences included, is the study's."""
+    for arm in ("tango", "grpo", "oracle", "noisy_oracle,q=0.3", "fixed_verifier"):
+        variant, *opts = arm.split(",")
+        study, fast = _arm(arm, True), _cfg(",".join([variant, "fast", *opts]))
+        assert _diff(study, fast) - ALWAYS == {
+            "schedule.total_steps",
+            "eval.every_generator_steps",
+            "eval.after_verifier_warmup",
+            "algorithm.alpha.total_steps",
+            "data.eval_size",
+            "data.letters.unseen_max_words",
+        }
+        assert fast.name.endswith("_fast") and fast.schedule.count(Kind.GENERATOR) == 12
+        assert fast.algorithm.alpha.total_steps == 12 and fast.eval.every_generator_steps == 4
+        letters = fast.data.letters
+        assert letters.unseen_max_words == letters.max_words == 6  # every problem is 'in'
+        assert fast.data.eval_size * fast.eval.sampled_n == 1000
+    tango = _cfg("tango,fast")
+    assert tango.schedule.total_steps == 10 + 16 and not tango.eval.after_verifier_warmup
+    assert _cfg("fixed_generator,fast").schedule.count(Kind.VERIFIER) == 10 + 4
+    with pytest.raises(ValueError, match="'study' and 'fast' .* two lengths: choose one"):
+        _cfg("grpo,study,fast")
+
+
 def test_the_letters_study_runs_every_arm_at_the_study_length():
     from scripts_loader import load_script
 

@@ -268,6 +268,11 @@ def test_the_letters_summary_reads_committed_run_records_without_the_runs(tmp_pa
     assert launched == []
     assert sl.main(argparse.Namespace(**{**vars(args), "summary_only": False, "seeds": [6]})) == 0
     assert sorted(a[1] for a in launched) == ["grpo", "oracle"]
+    assert {a[-1] for a in launched} == {",study"}  # the config option of each run's length
+    launched.clear()
+    fast = {**vars(args), "summary_only": False, "seeds": [7], "length": "fast"}
+    assert sl.main(argparse.Namespace(**fast)) == 0
+    assert sorted((a[1], a[-1]) for a in launched) == [("grpo", ",fast"), ("oracle", ",fast")]
 
     rerun = {"grpo": {"1": {sl.PRIMARY: curve([0.3, 0.5])}}}
     sl.save_records(out, root, rerun, {})
@@ -275,6 +280,12 @@ def test_the_letters_summary_reads_committed_run_records_without_the_runs(tmp_pa
     (out / "runs" / "grpo_s1.json").rename(out / "runs" / "grpo_s2.json")
     with pytest.raises(SystemExit, match="grpo_s2.json: a record of arm 'grpo' seed 1"):
         sl.load_records(out, ["grpo"], [2])
+    # the two lengths are not paired: a record of the other length stops the summary
+    assert sl.run_length({"name": "tiny_letters_grpo_fast"}) == "fast"
+    assert sl.run_length({"name": "tiny_letters_quick"}) == "quick"
+    assert sl.run_length({"name": "tiny_letters_oracle"}) == "study"
+    with pytest.raises(SystemExit, match="oracle_s1.json: a run of length 'study', not --length"):
+        sl.load_records(out, ["oracle"], [1], "fast")
 
 
 def test_the_letters_summary_reuses_a_recorded_ranking_of_an_unchanged_run(tmp_path, monkeypatch):
