@@ -3,7 +3,7 @@
     python scripts/study/study.py --task last_letter --seeds 1 2 3 --root runs/letters
     python scripts/study/study.py --task last_letter --seeds 4 5 --root runs/letters  # later
     python scripts/study/study.py --task last_letter --variants grpo oracle --seeds 0  # gate pilot
-    python scripts/study/study.py --task last_letter --length fast --seeds 1 2 3 \
+    python scripts/study/study.py --task last_letter --length fast --seeds 1 2 3 \\
         --root runs/letters_fast --summary-dir docs/study/last_letter_fast  # a third the length
     python scripts/study/study.py --task last_letter --summary-only --seeds 1 2 3 4 5 \\
         --root runs/letters --summary-dir docs/study/last_letter
@@ -116,9 +116,13 @@ def record_path(out: Path, arm: str, seed: int) -> Path:
     return out / "runs" / f"{arm}_s{seed}.json"
 
 
-def save_records(out: Path, root: Path, results: dict, ranks: dict) -> None:
+def save_records(
+    out: Path, root: Path, results: dict, ranks: dict, length: str | None = None
+) -> None:
     """One record per finished run under `root` (`collect`'s curves, `study.ranking`'s numbers
-    where its verifier was trained, its config), written atomically to `out/runs/`."""
+    where its verifier was trained, its config), written atomically to `out/runs/`. With
+    `length`, a run of another length stops it before any record is written."""
+    records = []
     for arm, by_seed in results.items():
         for seed, curves in by_seed.items():
             rec = {"arm": arm, "seed": int(seed), "curves": curves}
@@ -126,11 +130,15 @@ def save_records(out: Path, root: Path, results: dict, ranks: dict) -> None:
                 rec["ranking"] = ranks[arm][seed]
             cfg = study.run_dir(root, arm, int(seed)) / "config.json"
             rec["config"] = json.loads(cfg.read_text())
-            path = record_path(out, arm, int(seed))
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(rec, indent=1))
-            tmp.replace(path)
+            if length is not None:
+                check_length(cfg.parent, rec["config"], length)
+            records.append(rec)
+    for rec in records:
+        path = record_path(out, rec["arm"], rec["seed"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(rec, indent=1))
+        tmp.replace(path)
 
 
 def ranked_records(out: Path, root: Path, arms, seeds) -> dict:
@@ -156,6 +164,15 @@ def run_length(config: dict) -> str:
     return next((x for x in ("fast", "quick") if name.endswith(f"_{x}")), "study")
 
 
+def check_length(where: Path, config: dict, length: str) -> None:
+    """Stops a summary of `length` at a run (or its record, `where`) of another length."""
+    if run_length(config) != length:
+        raise SystemExit(
+            f"{where}: a run of length {run_length(config)!r}, not --length {length}; give "
+            "each length its own --root and --summary-dir."
+        )
+
+
 def load_records(out: Path, arms, seeds, length: str = "study") -> tuple[dict, dict]:
     """(results as `collect` returns them, ranks as `study.ranking` returns them) from the
     records in `out/runs/` of the given arms and seeds, all of them runs of `length` (a record
@@ -173,11 +190,7 @@ def load_records(out: Path, arms, seeds, length: str = "study") -> tuple[dict, d
                     f"{path}: a record of arm {rec.get('arm')!r} seed {rec.get('seed')!r}, "
                     f"not of {arm!r} seed {seed}; remove or rename it."
                 )
-            if run_length(rec.get("config", {})) != length:
-                raise SystemExit(
-                    f"{path}: a run of length {run_length(rec.get('config', {}))!r}, not "
-                    f"--length {length}; give each length its own --root and --summary-dir."
-                )
+            check_length(path, rec.get("config", {}), length)
             results.setdefault(arm, {})[str(seed)] = rec["curves"]
             if "ranking" in rec:
                 ranks.setdefault(arm, {})[str(seed)] = rec["ranking"]
@@ -602,7 +615,7 @@ def main(args) -> int:
     skip = {(a, int(s)) for a, by_seed in ranks.items() for s in by_seed}
     for a, by_seed in study.ranking(root, args.seeds, RANKING_ITEMS, ranked, skip).items():
         ranks.setdefault(a, {}).update(by_seed)
-    save_records(out, root, fresh, ranks)
+    save_records(out, root, fresh, ranks, length)
     results, ranks = load_records(out, arms, args.seeds, length)
     (out / "results.json").write_text(json.dumps(results, indent=1))
     text, contrasts = table(results, arms, args.seeds)

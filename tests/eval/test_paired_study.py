@@ -286,6 +286,12 @@ def test_the_letters_summary_reads_committed_run_records_without_the_runs(tmp_pa
     assert sl.run_length({"name": "tiny_letters_oracle"}) == "study"
     with pytest.raises(SystemExit, match="oracle_s1.json: a run of length 'study', not --length"):
         sl.load_records(out, ["oracle"], [1], "fast")
+    # a finished run of the other length under --root: refused before any record is written
+    (root / "grpo_s3" / "config.json").write_text(json.dumps({"name": "tiny_letters_grpo_fast"}))
+    before = {p.name: p.read_text() for p in (out / "runs").iterdir()}
+    with pytest.raises(SystemExit, match="grpo_s3: a run of length 'fast', not --length study"):
+        sl.save_records(out, root, results, {}, "study")
+    assert {p.name: p.read_text() for p in (out / "runs").iterdir()} == before
 
 
 def test_the_letters_summary_reuses_a_recorded_ranking_of_an_unchanged_run(tmp_path, monkeypatch):
