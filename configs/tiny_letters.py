@@ -68,6 +68,9 @@ FAST_EVAL_EVERY = 4
 FAST_EVAL_SIZE = 250  # held-out problems of the trained lengths, with `fast`
 GENERATOR_STEPS = 18  # without `study`: evaluated at the start and the end
 VERIFIER_WARMUP = 10  # tango only: verifier steps before the first generator step
+# the run name's suffix per length option ('' : neither, the quick run); scripts/study reads a
+# run's length back from it
+LENGTH_SUFFIX = {"study": "", "fast": "_fast", "": "_quick"}
 
 
 def _options(arg: str) -> tuple[str, bool, float, float, str]:
@@ -112,7 +115,7 @@ def get_config(arg: str = "tango"):
     suffix = "" if variant == "tango" else f"_{variant}"
     suffix += f"_q{q:g}" if variant == "noisy_oracle" else ""
     suffix += f"_a{alpha0:g}" if alpha0 != 0.1 else ""
-    suffix += {"study": "", "fast": "_fast"}.get(length, "_quick")
+    suffix += LENGTH_SUFFIX[length]
     c.name = f"tiny_letters{suffix}"
     c.run_dir = f"runs/tiny_letters{suffix}"
     c.scorer_workers = 1  # exact string match: nothing to parallelise

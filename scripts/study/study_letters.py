@@ -158,18 +158,21 @@ def ranked_records(out: Path, root: Path, arms, seeds) -> dict:
 
 
 def run_length(config: dict) -> str:
-    """The length option a run was made with, from its config's name: 'fast', 'quick' (neither
-    option) or 'study'."""
+    """The length option a run was made with, read back from its config's name
+    (configs/tiny_letters.py's LENGTH_SUFFIX): 'fast', 'quick' (neither option) or 'study'."""
     name = config.get("name", "")
-    return next((x for x in ("fast", "quick") if name.endswith(f"_{x}")), "study")
+    for length, suffix in letters_config().LENGTH_SUFFIX.items():
+        if suffix and name.endswith(suffix):
+            return length or "quick"
+    return "study"
 
 
 def check_length(where: Path, config: dict, length: str) -> None:
     """Stops a summary of `length` at a run (or its record, `where`) of another length."""
-    if run_length(config) != length:
+    if (made := run_length(config)) != length:
         raise SystemExit(
-            f"{where}: a run of length {run_length(config)!r}, not --length {length}; give "
-            "each length its own --root and --summary-dir."
+            f"{where}: a run of length {made!r}, not --length {length}; give each length its "
+            "own --root and --summary-dir."
         )
 
 
@@ -268,9 +271,15 @@ def verifier_rows(results: dict, arms, seeds) -> list[str]:
 
 
 @functools.cache
+def letters_config():
+    """The configs/tiny_letters.py module, loaded once."""
+    return sibling_config(CONFIG, "tiny_letters")
+
+
+@functools.cache
 def arm_config(arm: str):
     """configs/tiny_letters.py's config for `arm` (a config string)."""
-    return sibling_config(CONFIG, "tiny_letters").get_config(arm + OPTIONS)
+    return letters_config().get_config(arm + OPTIONS)
 
 
 def nominal_informedness(arm: str) -> float | None:
