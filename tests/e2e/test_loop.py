@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -136,6 +137,7 @@ def test_resume_reproduces_the_uninterrupted_run(jax_run, tmp_path):
 
 _CHILD_RUN = """
 import sys
+import threading
 from pathlib import Path
 import os
 sys.path[:0] = sys.argv[1].split(os.pathsep)
@@ -394,6 +396,7 @@ def test_run_with_the_vllm_sampling_service(tmp_path, monkeypatch):
     from tango_jax.rollout.vllm.sampler import VLLMSampler
 
     killed: list = []
+    kill_lock = threading.Lock()  # the batch's requests run in threads: exactly one kills
     real_generate = VLLMSampler.generate
 
     def generate(self, prompts, params):
@@ -404,10 +407,11 @@ def test_run_with_the_vllm_sampling_service(tmp_path, monkeypatch):
         server, real_completions = self.replicas[0].server, client.completions
 
         def completions(payload):
-            if len(killed) == 1:
-                killed.append(payload)
-                os.killpg(server.process.pid, signal.SIGKILL)
-                server.process.wait(timeout=60)
+            with kill_lock:
+                if len(killed) == 1:
+                    killed.append(payload)
+                    os.killpg(server.process.pid, signal.SIGKILL)
+                    server.process.wait(timeout=60)
             return real_completions(payload)
 
         client.completions = completions
@@ -425,8 +429,20 @@ def test_run_with_the_vllm_sampling_service(tmp_path, monkeypatch):
     gen = rows[2]
     assert gen["generator/sync/weight_sync/version"] == 1
     assert gen["generator/sync/weight_sync/bytes"] > 0
-    # sampled by vLLM (fp32) from the weights the JAX trainer then scored: same distribution
+    # sampled by vLLM (fp32) from the weights the JAX trainer then scored: same distribution.
+    # Every batch of both roles, trained or only scored (drift_all_batches), the one the kill
+    # interrupted included: a restarted server that had not been sent the current weights
+    # again would answer the retried prompts from the checkpoint on disk (mixed versions).
     assert gen["generator/rollout/drift_mean_abs"] < 1e-3
+    drifts = {
+        (r["step"], k): v for r in rows[1:] for k, v in r.items() if k.endswith("drift_mean_abs")
+    }
+    assert {k for _, k in drifts} >= {
+        "generator/rollout/drift_mean_abs",
+        "verifier/rollout/drift_mean_abs",
+        "verifier/untrained/rollout/drift_mean_abs",
+    }, drifts
+    assert all(v < 1e-3 for v in drifts.values()), drifts
     assert rows[1]["verifier/sync/weight_sync/version"] == 1
     # The sampler's counters reach metrics.jsonl every step, for both roles; they count from
     # the start of the run, so the one restart shows from the step of the kill on.

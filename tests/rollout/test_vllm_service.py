@@ -254,6 +254,65 @@ def test_http_errors_carry_status_body_and_a_hint():
         server.shutdown()
 
 
+class _KeepAliveRace(http.server.BaseHTTPRequestHandler):
+    """Keeps connections alive, and loses uvicorn's keep-alive race on purpose: a request that
+    arrives on a connection idle for `idle_close_s` or more is met by a close without an answer
+    (what vLLM's server does when its keep-alive timer fires as the request comes in).
+    `connections` counts the TCP connections accepted."""
+
+    protocol_version = "HTTP/1.1"
+    idle_close_s = 0.3
+    connections = 0
+
+    def setup(self):
+        super().setup()
+        type(self).connections += 1
+        self.answered_at = None
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        if self.answered_at and time.monotonic() - self.answered_at >= self.idle_close_s:
+            self.close_connection = True  # no answer: the client sees the socket close
+            return
+        body = b'{"ok": true}'
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        self.wfile.flush()
+        self.answered_at = time.monotonic()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("reuse_s", [0.1, 10.0])
+def test_an_idle_kept_alive_connection_is_replaced_before_the_server_drops_it(reuse_s):
+    """The keep-alive race (a healthy vLLM server closes a reused connection without answering,
+    and the sampler has to send the prompt again as a dropped request): the client replaces a
+    connection idle for longer than max_idle_reuse_s, so the third request below goes over a
+    new connection and is answered. With reuse allowed after 10 s it is sent on the stale
+    connection and lost, which shows that this server does race."""
+    _KeepAliveRace.connections = 0
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _KeepAliveRace)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = VLLMClient(f"http://127.0.0.1:{server.server_port}", max_idle_reuse_s=reuse_s)
+        assert client.completions({"a": 1}) == {"ok": True}
+        assert client.completions({"a": 2}) == {"ok": True}  # at once: the same connection
+        assert _KeepAliveRace.connections == 1
+        time.sleep(_KeepAliveRace.idle_close_s + 0.1)
+        if reuse_s > _KeepAliveRace.idle_close_s:
+            with pytest.raises(VLLMUnavailable, match="without response|reset|aborted"):
+                client.completions({"a": 3})
+        else:
+            assert client.completions({"a": 3}) == {"ok": True}
+            assert _KeepAliveRace.connections == 2
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 # --- request and response mapping --------------------------------------------------------------
 
 

@@ -8,11 +8,21 @@ Plain `requests`; no vLLM import, so the sampler can talk to a server on another
 
 Errors are typed so the sampler can tell a dead server (retry after a restart) from a bad
 request (raise) and from a timeout (raise, naming the setting to change).
+
+Kept-alive connections. vLLM's HTTP server (uvicorn) closes a connection that has been idle
+for VLLM_HTTP_TIMEOUT_KEEP_ALIVE seconds (5 by default). A client that sends its next request
+on such a connection just as the server's timer fires loses the race: the server closes the
+socket with the request unanswered ("Remote end closed connection without response"), although
+it is alive and healthy. Requests from one thread reuse a pooled connection only while it has
+been idle for less than `max_idle_reuse_s` (1 s, well inside the server's 5 s even when a
+loaded machine delays the client's reading of the previous answer); an older one is closed and
+a new connection made, which costs one loopback handshake.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import requests
@@ -46,6 +56,9 @@ class VLLMClient:
     control_timeout_s bounds health / info / start / finish calls; sync_timeout_s bounds the
     weight-transfer calls, which block while the weights stream in. The `*_name` arguments
     say which configuration field sets each limit, so a timeout error names the fix.
+    max_idle_reuse_s: a thread's kept-alive connection idle for longer than this is replaced
+    by a new one before the next request (see the module docstring); keep it well below the
+    server's keep-alive timeout.
     """
 
     def __init__(
@@ -58,6 +71,7 @@ class VLLMClient:
         sync_timeout_s: float = 300.0,
         request_timeout_name: str = "request_timeout_s",
         sync_timeout_name: str = "sync_timeout_s",
+        max_idle_reuse_s: float = 1.0,
     ):
         self.base_url = base_url.rstrip("/")
         self.request_timeout_s = request_timeout_s
@@ -65,6 +79,7 @@ class VLLMClient:
         self.sync_timeout_s = sync_timeout_s
         self.request_timeout_name = request_timeout_name
         self.sync_timeout_name = sync_timeout_name
+        self.max_idle_reuse_s = max_idle_reuse_s
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._local = threading.local()  # one requests.Session per thread
 
@@ -72,11 +87,22 @@ class VLLMClient:
         return f"VLLMClient({self.base_url!r})"
 
     def _session(self) -> requests.Session:
+        """This thread's session; its pooled connections are dropped first when they have been
+        idle for longer than max_idle_reuse_s (the server may be closing them right now)."""
         session = getattr(self._local, "session", None)
+        idle = time.monotonic() - getattr(self._local, "last_used", 0.0)
+        if session is not None and idle > self.max_idle_reuse_s:
+            session.close()  # closes the pooled connections; the session stays usable
         if session is None:
             session = self._local.session = requests.Session()
             session.headers.update(self._headers)
         return session
+
+    def _send(self, method: str, url: str, **kwargs) -> requests.Response:
+        try:
+            return self._session().request(method, url, **kwargs)
+        finally:
+            self._local.last_used = time.monotonic()
 
     def request(
         self,
@@ -95,7 +121,7 @@ class VLLMClient:
         timeout = self.control_timeout_s if timeout is None else timeout
         url = f"{self.base_url}{path}"
         try:
-            response = self._session().request(method, url, json=json, timeout=timeout)
+            response = self._send(method, url, json=json, timeout=timeout)
         except requests.Timeout as e:
             name = timeout_name
             raise VLLMRequestTimeout(
@@ -126,7 +152,7 @@ class VLLMClient:
     def health(self, timeout: float = 5.0) -> bool:
         """True when GET /health answers 200 (the engine is up and serving)."""
         try:
-            return self._session().get(f"{self.base_url}/health", timeout=timeout).ok
+            return self._send("GET", f"{self.base_url}/health", timeout=timeout).ok
         except requests.RequestException:
             return False
 

@@ -20,10 +20,10 @@ weights again (a restarted server starts from the checkpoint on disk; serving th
 prompts from it would silently mix weight versions), and the prompts that had not completed
 are sent again; prompts already completed are kept. At most `max_restarts` restarts per
 replica per call. A server the sampler does not own is not restarted: the error says so. A
-connection dropped by a server that is alive and healthy (a keep-alive race, a proxy) is
-simply sent again, at most `max_restarts` times per replica per call, and counted in
-`rollout/dropped_requests`. A request that exceeds `request_timeout_s` and a rejected request
-(4xx) raise at once.
+connection dropped by a server that is alive and healthy (a proxy; the keep-alive race with
+vLLM's own server is avoided in the client, see client.py) is simply sent again, at most
+`max_restarts` times per replica per call, and counted in `rollout/dropped_requests`. A
+request that exceeds `request_timeout_s` and a rejected request (4xx) raise at once.
 
 Versions. `weight_version` is the version of the last `update_weights` (initially
 `initial_version`: the checkpoint). Before each batch the sampler checks the version the
