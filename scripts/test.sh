@@ -1,12 +1,27 @@
 #!/usr/bin/env bash
 # Runs the test suite in .venv (create it first: bash scripts/setup.sh).
-# Extra arguments go to pytest (e.g. -k sampler, -x). Exit status 5 ("no tests collected")
-# is treated as a failure with a clear message, never as a silent pass.
-# Without arguments, tests/e2e/test_loop.py (many whole Tango runs, vLLM servers, killed children)
-# gets its own pytest process, with fd-level capture off (--capture=sys) so that a C++ fatal
-# message (XLA's LOG(FATAL) before an abort) reaches the log instead of a lost capture file.
+#
+#   bash scripts/test.sh              # the whole suite: one pytest run over TANGO_TEST_WORKERS
+#                                     # processes (pytest-xdist; default: the cores, at most 4)
+#   bash scripts/test.sh -k sampler   # arguments go to one plain pytest process (no workers)
+#
+# Every run shares one JAX persistent compilation cache (JAX_COMPILATION_CACHE_DIR, a fresh
+# temporary directory removed at the end, never committed) between its pytest processes and the
+# child processes that tests start: a program that several tests compile is compiled once.
+# The whole suite runs each test file in one worker (--dist loadfile: a module's fixtures, such
+# as its vLLM server, are made once), with fd-level capture off (--capture=sys) so that a C++
+# fatal message (XLA's LOG(FATAL) before an abort) reaches the log instead of a lost capture
+# file. Its wall time is printed at the end against the budget (docs/testing.md).
+# Exit status 5 ("no tests collected") is turned into a failure with a clear message.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+
+BUDGET_S=1200  # 20 min on an idle 2-core machine (docs/testing.md)
+
+cache="$(mktemp -d "${TMPDIR:-/tmp}/tango_jax_xla_cache.XXXXXX")"
+trap 'rm -rf "$cache"' EXIT
+export JAX_COMPILATION_CACHE_DIR="$cache"
+export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="${JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS:-0.1}"
 
 run() {
   .venv/bin/python -m pytest -q "$@"
@@ -22,9 +37,13 @@ if [ "$#" -gt 0 ]; then
   run "$@"
   exit $?
 fi
-run --ignore=tests/e2e/test_loop.py
-first=$?
-run --capture=sys tests/e2e/test_loop.py
-second=$?
-[ "$first" -ne 0 ] && exit "$first"
-exit "$second"
+
+cores="$(nproc 2>/dev/null || echo 2)"
+workers="${TANGO_TEST_WORKERS:-$((cores < 4 ? cores : 4))}"
+start=$(date +%s)
+run -n "$workers" --dist loadfile --capture=sys
+rc=$?
+elapsed=$(($(date +%s) - start))
+printf 'test suite wall time: %d min %02d s with %s workers (budget %d min on an idle 2-core machine)\n' \
+  $((elapsed / 60)) $((elapsed % 60)) "$workers" $((BUDGET_S / 60))
+exit "$rc"

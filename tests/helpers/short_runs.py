@@ -96,14 +96,16 @@ def config_flags(cfg: RunConfig) -> list[str]:
 
 def child_env(local_devices: int = 8, compile_cache: Path | None = None) -> dict[str, str]:
     """This environment for a child process: `local_devices` simulated CPU devices, the test
-    session's matmul precision (conftest), and JAX's persistent compilation cache in
-    `compile_cache` (most of a short run's time is compiling)."""
+    session's matmul precision (conftest), and JAX's persistent compilation cache (most of a
+    short run's time is compiling): the suite's own when scripts/test.sh set one (shared by
+    every process of the run, so a program compiled by one test's child is not compiled
+    again by the next), else `compile_cache`."""
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
     env["JAX_PLATFORMS"] = "cpu"
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={local_devices}"
     env["JAX_DEFAULT_MATMUL_PRECISION"] = "highest"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    if compile_cache is not None:
+    if compile_cache is not None and "JAX_COMPILATION_CACHE_DIR" not in env:
         env["JAX_COMPILATION_CACHE_DIR"] = str(compile_cache)
         env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.2"
     return env
