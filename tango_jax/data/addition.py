@@ -1,0 +1,101 @@
+"""Small additions for a real instruct model: the problems and their reward, in one place.
+
+    problems = addition_problems(TRAIN)                   # list[Problem], a fixed order
+    write_jsonl(problems, "train.jsonl")                  # {"question", "answer", "id"} lines
+    last_integer_reward("4 + 3 = 7", "7", question)       # 1.0
+
+The task of configs/smollm2_addition.py and of its TRL twin (scripts/compare/trl_grpo.py):
+"What is a + b? Answer with just the number." as the user turn of SmolLM2-135M-Instruct's chat
+template, graded on the last integer of the reply. Both trainers import `last_integer_reward`
+from here, so the reward they optimise cannot drift apart. Chosen by measurement
+(scripts/bench/smollm2_task_probe.py, docs/real_model.md): zero-shot at T = 1 the instruct
+model gets it right often enough to learn from, not so often that there is nothing to learn,
+and its replies are short.
+
+The shipped problem files and prompt template (tango_jax/assets/addition/) are this module's
+output:
+`python -m tango_jax.data.addition` writes them again, byte for byte.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from tango_jax.data.datasets import Problem
+
+QUESTION = "What is {a} + {b}? Answer with just the number."
+ASSETS = Path(__file__).resolve().parents[1] / "assets" / "addition"
+_INTEGER = re.compile(r"-?\d+")
+
+
+@dataclasses.dataclass(frozen=True)
+class Operands:
+    """a in [a_lo, a_hi], b in [b_lo, b_hi], inclusive; every pair once."""
+
+    a_lo: int
+    a_hi: int
+    b_lo: int
+    b_hi: int
+
+    def pairs(self) -> list[tuple[int, int]]:
+        return [
+            (a, b) for a in range(self.a_lo, self.a_hi + 1) for b in range(self.b_lo, self.b_hi + 1)
+        ]
+
+
+# Two-digit plus one-digit: 90 x 8 = 720 problems. The held-out set is every pair whose a ends
+# in 7 (72 problems); training has the other 648, so no held-out question is ever trained on.
+TRAIN_AND_EVAL = Operands(10, 99, 2, 9)
+
+
+def is_held_out(a: int, b: int) -> bool:
+    return a % 10 == 7
+
+
+def addition_problems(operands: Operands, split: str) -> list[Problem]:
+    """The problems of `split` ("train" | "eval"), in (a, b) order."""
+    if split not in ("train", "eval"):
+        raise ValueError(f"split ({split!r}) must be 'train' or 'eval'.")
+    held = split == "eval"
+    return [
+        Problem(QUESTION.format(a=a, b=b), str(a + b), "addition", f"{a}+{b}")
+        for a, b in operands.pairs()
+        if is_held_out(a, b) == held
+    ]
+
+
+def last_integer(text: str) -> str | None:
+    """The last integer written in `text` (thousands commas removed), or None."""
+    numbers = _INTEGER.findall(text.replace(",", ""))
+    return numbers[-1] if numbers else None
+
+
+def last_integer_reward(completion: str, answer: str, question: str) -> float:
+    """1.0 when the last integer of the reply is the gold answer, else 0.0 (`data.reward`)."""
+    del question  # the gold answer says all
+    return float(last_integer(completion) == answer.strip())
+
+
+def write_jsonl(problems: Sequence[Problem], path: Path) -> None:
+    lines = [json.dumps({"question": p.question, "answer": p.answer, "id": p.id}) for p in problems]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def main() -> int:
+    ASSETS.mkdir(parents=True, exist_ok=True)
+    # The generator prompt is the bare question (the chat template wraps it).
+    (ASSETS / "generator_prompt.json").write_text(json.dumps({"template": "{question}"}) + "\n")
+    for split in ("train", "eval"):
+        problems = addition_problems(TRAIN_AND_EVAL, split)
+        write_jsonl(problems, ASSETS / f"{split}.jsonl")
+        print(f"{ASSETS / split}.jsonl: {len(problems)} problems")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
