@@ -29,6 +29,7 @@ def _load(name: str, variant: str | None = None):
 ALL = (
     [("tiny_arith", v) for v in ("tango", "grpo", "fixed_verifier")]
     + [("smollm2_arith", v) for v in ("tango", "grpo", "zero_shot")]
+    + [("smollm2_addition", v) for v in ("grpo", "tango")]
     + [("tango_qwen2_5_math_7b", None), ("tango_llama3_1_8b", None), ("sft_qwen2_5_math_7b", None)]
     + [
         ("baselines_qwen2_5_math_7b", v)
@@ -82,6 +83,24 @@ def test_smollm2_variants_mean_what_they_say():
 
 def _tiny():
     return _load("tiny_arith", "tango,scratch").to_dict()
+
+
+def test_smollm2_addition_is_sized_and_matched_as_documented():
+    """The GRPO run that scripts/compare/trl_grpo.py repeats under TRL: ~60 steps of 64
+    rollouts, TRL's settings where the two differ (docs/real_model.md)."""
+    grpo = load_run_config(_load("smollm2_addition", "grpo"))
+    g = grpo.generator
+    assert not grpo.verifier.enable and grpo.schedule.count(Kind.GENERATOR) == 60
+    assert grpo.data.prompts_per_step * g.rollout.n == 64 and g.rollout.max_tokens == 64
+    assert g.chat_template and g.trainer.loss.kl_coef == 0 and g.trainer.loss.entropy_coef == 0
+    assert g.trainer.loss.agg_mode.value == "token-mean" and grpo.algorithm.eps == 1e-4
+    assert g.trainer.optimizer.weight_decay == 0 and g.trainer.optimizer.schedule.value == (
+        "constant"
+    )
+    assert grpo.data.reward == "tango_jax.data.addition:last_integer_reward"
+    tango = load_run_config(_load("smollm2_addition", "tango"))
+    assert tango.verifier.enable and tango.schedule.count(Kind.GENERATOR) == 60
+    assert (tango.generator, tango.data) == (g, grpo.data)
 
 
 def test_unknown_field_is_named_with_suggestion():

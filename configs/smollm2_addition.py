@@ -1,0 +1,108 @@
+"""GRPO on a real model on a 2-core CPU: SmolLM2-135M-Instruct learns small additions, with the
+hyperparameters of TRL's GRPOTrainer twin run (scripts/compare/trl_grpo.py).
+
+    python -m tango_jax.train --config configs/smollm2_addition.py:grpo     # ~60 steps
+    python -m tango_jax.train --config configs/smollm2_addition.py:grpo --config.seed=1
+    python -m tango_jax.train --config configs/smollm2_addition.py:tango    # + a verifier
+
+The task (tango_jax/data/addition.py): "What is 47 + 8? Answer with just the number." as the
+user turn of the model's chat template, rewarded 1 when the reply's last integer is the sum
+(`last_integer_reward`, which the TRL run imports too). 648 training problems (a in 10..99 not
+ending in 7, b in 2..9), 72 held out (a ending in 7). Zero-shot at T = 1 the model is right on
+about a third of its replies, short ones (docs/real_model.md, "GRPO against TRL").
+
+Every hyperparameter is set to what the TRL run uses, which is TRL's default where that exists
+in both trainers (docs/real_model.md has the table): 8 prompts x 8 samples = 64 rollouts a step,
+T = 1, top-p 1, no top-k, 64 new tokens, AdamW (0.9, 0.999, eps 1e-8, no weight decay: HF's
+Trainer default) at a constant 1e-5 (TRL's schedule set to constant), gradient clipping at 1, no
+KL (β = 0) and no entropy term, one update per batch, the loss a token mean over the whole batch
+(TRL's default `loss_type="dapo"`), advantages (r - mean) / (std + 1e-4) per group (TRL's
+`scale_rewards="group"`, its 1e-4 floor), truncated replies kept in the loss. Held-out accuracy,
+greedy and sampled at T = 1 (4 samples per problem), every 10 steps.
+
+Variants: grpo (no verifier) | tango: SmolLM2 also as the verifier, zero-shot (no SFT set
+exists for this task). Its replies have no <step> blocks, so Tango's step term is empty and it
+reduces to GRPO plus a verifier trained on its verdicts; it validates and runs, but is not yet
+the issue's Tango arm (that needs the generator and verifier format SFT first).
+Every field is documented where its dataclass is defined (tango_jax/config/run.py).
+"""
+
+from tango_jax.config.run import base_config
+
+VARIANTS = ("grpo", "tango")
+MODEL = "models/SmolLM2-135M-Instruct"  # relative to the repository root, where runs start
+ASSETS = "tango_jax/assets/addition"  # tango_jax/data/addition.py writes these
+REWARD = "tango_jax.data.addition:last_integer_reward"
+PROMPTS_PER_STEP = 8
+GROUP = 8  # TRL's default num_generations
+STEPS = 60
+
+
+def get_config(variant: str = "grpo"):
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; choose one of {VARIANTS}.")
+    c = base_config()
+    c.name = f"smollm2_addition_{variant}"
+    c.run_dir = f"runs/smollm2_addition_{variant}"
+    c.scorer_workers = 1  # the reward is a regex; a second process only competes for the cores
+    c.drift_all_batches = False
+    c.eval.every_generator_steps = 10
+    c.eval.after_verifier_warmup = False
+    c.eval.sampled = True  # held-out accuracy at the training temperature (what RL optimises)
+    c.eval.sampled_n = 4
+    c.eval.process_bench_size = 0  # a synthetic-task measurement
+    c.checkpoint.every_steps = 0
+    c.checkpoint.at_end = False  # the HF export at the end is what is kept (not Adam's state)
+    c.data.source = "jsonl"
+    c.data.train_path = f"{ASSETS}/train.jsonl"
+    c.data.eval_path = f"{ASSETS}/eval.jsonl"
+    c.data.eval_size = 72  # all of it
+    c.data.prompts_per_step = PROMPTS_PER_STEP
+    c.data.reward = REWARD
+    c.data.prompt_style = "compact"  # the verifier's (tango); the generator's is the file below
+    c.data.template_files.generator_train = f"{ASSETS}/generator_prompt.json"  # the question
+    c.algorithm.eps = 1e-4  # TRL's floor under the group std (ours defaults to 1e-6)
+    c.schedule.total_steps = STEPS
+    c.schedule.verifier_warmup_steps = 0
+    g = c.generator
+    g.model.path = MODEL
+    g.chat_template = True
+    g.dtype = "float32"  # a CPU has no fast bf16 (TRL's bf16 default is switched off too)
+    g.remat = False  # 135M parameters, short sequences: activations fit
+    g.max_prompt_len = 64  # every prompt is 45 tokens, the chat template's system turn included
+    g.rollout.n = GROUP
+    g.rollout.max_tokens = 64
+    # Train batches pad replies to a multiple of 16 (at most four compiled step shapes): the
+    # replies shorten as the model learns to answer with the number, and the step with them.
+    g.response_bucket = 16
+    g.sampler.prompt_bucket = 16  # 45 -> 48
+    g.sampler.max_rows = 64
+    opt = g.trainer.optimizer
+    opt.learning_rate = 1e-5
+    opt.weight_decay = 0.0  # HF Trainer's default; it also exempts norms and biases from decay
+    loss = g.trainer.loss
+    loss.kl_coef = 0.0  # TRL's beta = 0: no reference model
+    loss.entropy_coef = 0.0
+    loss.agg_mode = "token-mean"  # TRL's loss_type="dapo"
+    g.trainer.micro_batch_size = 16  # TRL's per_device_train_batch_size (memory only)
+    c.verifier.model.path = MODEL  # checked even when disabled
+    if variant == "grpo":
+        c.verifier.enable = False
+        c.verifier.trainable = False
+        c.algorithm.step_rewards = False
+    else:
+        v = c.verifier
+        v.chat_template = True
+        v.dtype = "float32"
+        v.remat = False
+        v.rollout.n = 2
+        v.rollout.max_tokens = 96
+        v.max_prompt_len = 160
+        v.response_bucket = 96
+        v.sampler.prompt_bucket = 32
+        v.sampler.max_rows = 64
+        v.trainer.optimizer.learning_rate = 1e-5
+        v.trainer.loss.kl_coef = 0.0
+        v.trainer.micro_batch_size = 16
+        c.schedule.total_steps = STEPS * 4 // 3  # [G, G, G, V]: the same 60 generator steps
+    return c
