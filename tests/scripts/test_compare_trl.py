@@ -1,0 +1,87 @@
+"""scripts/compare: the TRL run's config mapping and the comparison of two trainers' metrics
+(no model runs: made-up metrics files, and the GRPOConfig built from the shipped config)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from scripts_loader import load_script
+
+compare = load_script("compare", "compare_trl")
+
+
+def _write_run(path, seed: int, offset: float) -> None:
+    path.mkdir(parents=True)
+    rows = [{"step": 0, "time": 0.0, "phase": "eval", "eval/generator/sampled_accuracy": 0.3}]
+    for step in (1, 2, 3, 4):
+        row = {
+            "step": step,
+            "time": float(step),
+            "phase": "generator",
+            "generator/reward/mean": 0.3 + 0.1 * step + offset,
+            "perf/generate_s": 2.0 + offset,
+            "perf/reward_s": 0.1,
+            "perf/train_s": 4.0 * (10 if step == 1 else 1),  # the first step compiles
+            "perf/step_s": 6.1,
+        }
+        if step in (2, 4):
+            row["eval/generator/sampled_accuracy"] = 0.3 + 0.1 * step + offset + 0.01 * seed
+        rows.append(row)
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_comparison_pairs_seeds_and_times_steps_after_the_first(tmp_path):
+    for seed in (1, 2):
+        _write_run(tmp_path / f"ours_s{seed}", seed, 0.0)
+        _write_run(tmp_path / f"trl_s{seed}", seed, 0.05 * seed)
+    out = tmp_path / "out"
+    compare.main(
+        ["--seeds", "1,2", "--ours", str(tmp_path / "ours_s{seed}"),
+         "--trl", str(tmp_path / "trl_s{seed}"), "--out", str(out)]
+    )  # fmt: skip
+    summary = json.loads((out / "summary.json").read_text())
+    assert (out / "curves.png").stat().st_size > 0
+    acc = summary["tango_jax"]["eval/generator/sampled_accuracy"]
+    assert acc["steps"] == [0, 2, 4]
+    np.testing.assert_allclose(acc["mean"], [0.3, 0.515, 0.715])
+    diffs = {d["step"]: d for d in summary["difference_sampled_accuracy"]}
+    np.testing.assert_allclose(diffs[2]["diffs"], [-0.05, -0.10])  # ours - TRL, by seed
+    assert diffs[2]["mean"] == pytest.approx(-0.075)
+    assert diffs[2]["half"] > 0 and diffs[0]["mean"] == 0.0
+    times = summary["tango_jax"]["times"]
+    assert times["perf/train_s"] == {"mean_after_first": 4.0, "first": 40.0}
+    ratio = summary["time_ratio_trl_over_tango_jax"]["perf/generate_s"]
+    assert ratio == pytest.approx(2.075 / 2.0)
+
+
+def test_a_missing_run_names_its_path(tmp_path):
+    with pytest.raises(SystemExit, match="ours_s1/metrics.jsonl: missing"):
+        compare.main(["--seeds", "1", "--ours", str(tmp_path / "ours_s{seed}"),
+                      "--trl", str(tmp_path / "trl_s{seed}"), "--out", str(tmp_path)])  # fmt: skip
+
+
+@pytest.mark.parametrize("variant", ["grpo"])
+def test_trl_arguments_follow_the_tango_jax_config(tmp_path, variant):
+    pytest.importorskip("trl")
+    trl_grpo = load_script("compare", "trl_grpo")
+    cfg = trl_grpo.load_config(f"configs/smollm2_addition.py:{variant}", seed=3, steps=None)
+    g = cfg.generator
+    rows = cfg.data.prompts_per_step * g.rollout.n
+    args = trl_grpo.grpo_config(cfg, tmp_path, rows)
+    assert args.seed == 3 and args.max_steps == cfg.schedule.total_steps
+    assert args.num_generations == g.rollout.n
+    assert args.per_device_train_batch_size * args.gradient_accumulation_steps == rows
+    assert (args.temperature, args.top_p, args.top_k) == (g.rollout.temperature, 1.0, 0)
+    assert args.max_completion_length == g.rollout.max_tokens
+    opt = g.trainer.optimizer
+    assert (args.learning_rate, args.adam_beta1, args.adam_beta2, args.adam_epsilon) == (
+        opt.learning_rate, opt.b1, opt.b2, opt.eps)  # fmt: skip
+    assert (args.weight_decay, args.max_grad_norm) == (opt.weight_decay, opt.grad_clip)
+    assert getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type) == "constant"
+    assert (args.beta, args.num_iterations, args.loss_type) == (0.0, 1, "dapo")
+    assert (args.scale_rewards, args.mask_truncated_completions) == ("group", False)
+    assert not args.bf16 and cfg.algorithm.eps == 1e-4  # TRL's std floor
+    with pytest.raises(SystemExit, match="has a verifier"):
+        trl_grpo.load_config("configs/smollm2_addition.py:tango", seed=0, steps=None)
