@@ -258,11 +258,12 @@ class _KeepAliveRace(http.server.BaseHTTPRequestHandler):
     """Keeps connections alive, and loses uvicorn's keep-alive race on purpose: a request that
     arrives on a connection idle for `idle_close_s` or more is met by a close without an answer
     (what vLLM's server does when its keep-alive timer fires as the request comes in).
-    `connections` counts the TCP connections accepted."""
+    `connections` counts the TCP connections accepted, `requests` the requests received."""
 
     protocol_version = "HTTP/1.1"
     idle_close_s = 0.3
     connections = 0
+    requests = 0
 
     def setup(self):
         super().setup()
@@ -270,7 +271,8 @@ class _KeepAliveRace(http.server.BaseHTTPRequestHandler):
         self.answered_at = None
 
     def do_POST(self):
-        self.rfile.read(int(self.headers["Content-Length"]))
+        self.rfile.read(int(self.headers["Content-Length"] or 0))
+        type(self).requests += 1
         if self.answered_at and time.monotonic() - self.answered_at >= self.idle_close_s:
             self.close_connection = True  # no answer: the client sees the socket close
             return
@@ -286,31 +288,46 @@ class _KeepAliveRace(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.mark.parametrize("reuse_s", [0.1, 10.0])
-def test_an_idle_kept_alive_connection_is_replaced_before_the_server_drops_it(reuse_s):
-    """The keep-alive race (a healthy vLLM server closes a reused connection without answering,
-    and the sampler has to send the prompt again as a dropped request): the client replaces a
-    connection idle for longer than max_idle_reuse_s, so the third request below goes over a
-    new connection and is answered. With reuse allowed after 10 s it is sent on the stale
-    connection and lost, which shows that this server does race."""
-    _KeepAliveRace.connections = 0
+@pytest.fixture
+def racing_server():
+    _KeepAliveRace.connections = _KeepAliveRace.requests = 0
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _KeepAliveRace)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        client = VLLMClient(f"http://127.0.0.1:{server.server_port}", max_idle_reuse_s=reuse_s)
-        assert client.completions({"a": 1}) == {"ok": True}
-        assert client.completions({"a": 2}) == {"ok": True}  # at once: the same connection
-        assert _KeepAliveRace.connections == 1
-        time.sleep(_KeepAliveRace.idle_close_s + 0.1)
-        if reuse_s > _KeepAliveRace.idle_close_s:
-            with pytest.raises(VLLMUnavailable, match="without response|reset|aborted"):
-                client.completions({"a": 3})
-        else:
-            assert client.completions({"a": 3}) == {"ok": True}
-            assert _KeepAliveRace.connections == 2
-    finally:
-        server.shutdown()
-        server.server_close()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    server.server_close()
+
+
+def _two_requests_then_idle(client: VLLMClient) -> None:
+    assert client.completions({"a": 1}) == {"ok": True}
+    assert client.completions({"a": 2}) == {"ok": True}  # at once: the same connection
+    assert (_KeepAliveRace.connections, _KeepAliveRace.requests) == (1, 2)
+    time.sleep(_KeepAliveRace.idle_close_s + 0.1)
+
+
+def test_an_idle_kept_alive_connection_is_replaced_before_the_server_drops_it(racing_server):
+    """The keep-alive race (a healthy vLLM server closes a reused connection without answering,
+    which the sampler would count as a dropped request): the client replaces a connection idle
+    for longer than max_idle_reuse_s, so the third request goes over a new connection."""
+    client = VLLMClient(racing_server, max_idle_reuse_s=0.1)
+    _two_requests_then_idle(client)
+    assert client.completions({"a": 3}) == {"ok": True}
+    assert (_KeepAliveRace.connections, _KeepAliveRace.requests) == (2, 3)  # nothing lost
+
+
+def test_a_completion_lost_to_the_race_is_sent_again_and_a_weight_update_is_not(racing_server):
+    """With reuse allowed after 10 s (a client thread stalled past the idle check on a loaded
+    machine), the third request goes over the stale connection and the server closes it
+    unanswered, which shows the race is real: a completion is sent once more over a new
+    connection and answered; a weight-update call is not sent twice and fails as unreachable."""
+    client = VLLMClient(racing_server, max_idle_reuse_s=10.0)
+    _two_requests_then_idle(client)
+    assert client.completions({"a": 3}) == {"ok": True}
+    assert (_KeepAliveRace.connections, _KeepAliveRace.requests) == (2, 4)  # 1 lost, 1 resent
+    time.sleep(_KeepAliveRace.idle_close_s + 0.1)
+    with pytest.raises(VLLMUnavailable, match="without response|reset|aborted"):
+        client.start_weight_update()
+    assert (_KeepAliveRace.connections, _KeepAliveRace.requests) == (2, 5)
 
 
 # --- request and response mapping --------------------------------------------------------------

@@ -14,9 +14,14 @@ for VLLM_HTTP_TIMEOUT_KEEP_ALIVE seconds (5 by default). A client that sends its
 on such a connection just as the server's timer fires loses the race: the server closes the
 socket with the request unanswered ("Remote end closed connection without response"), although
 it is alive and healthy. Requests from one thread reuse a pooled connection only while it has
-been idle for less than `max_idle_reuse_s` (1 s, well inside the server's 5 s even when a
-loaded machine delays the client's reading of the previous answer); an older one is closed and
-a new connection made, which costs one loopback handshake.
+been idle for less than `max_idle_reuse_s` (1 s, well inside the server's 5 s); an older one
+is closed and a new connection made, which costs one loopback handshake. On a machine so loaded
+that a client thread stalls for seconds between that check and the send, the race can still be
+lost: a request that is safe to send twice (a completion, which has no effect but its answer,
+and the GET routes) and whose established connection was closed before any answer is sent
+once more at once, over a new connection. A dead server refuses that new connection, so the
+error still reaches the sampler, which restarts the server. The weight-update routes are
+never sent twice.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import time
 from typing import Any
 
 import requests
+from urllib3.exceptions import ProtocolError
 
 
 class VLLMError(RuntimeError):
@@ -98,11 +104,21 @@ class VLLMClient:
             session.headers.update(self._headers)
         return session
 
-    def _send(self, method: str, url: str, **kwargs) -> requests.Response:
-        try:
-            return self._session().request(method, url, **kwargs)
-        finally:
-            self._local.last_used = time.monotonic()
+    def _send(self, method: str, url: str, *, resend: bool, **kwargs) -> requests.Response:
+        """One request; with `resend`, sent once more over a new connection when the server
+        closed an established one without answering (see the module docstring)."""
+        for attempt in (1, 2):
+            session = self._session()
+            try:
+                return session.request(method, url, **kwargs)
+            except requests.ConnectionError as e:
+                dropped = bool(e.args) and isinstance(e.args[0], ProtocolError)
+                if attempt == 2 or not (resend and dropped):
+                    raise
+                session.close()  # the second attempt opens a new connection
+            finally:
+                self._local.last_used = time.monotonic()
+        raise AssertionError("unreachable")
 
     def request(
         self,
@@ -112,16 +128,19 @@ class VLLMClient:
         *,
         timeout: float | None = None,
         timeout_name: str = "control_timeout_s",
+        resend: bool | None = None,
     ) -> Any:
         """Sends one request; returns the decoded JSON body (None when empty).
 
         `timeout` defaults to control_timeout_s; `timeout_name` is the setting a timeout error
-        tells the user to raise.
+        tells the user to raise. `resend`: whether the request is safe to send twice, so that
+        a connection closed unanswered is retried once (default: GET requests only).
         """
+        resend = method == "GET" if resend is None else resend
         timeout = self.control_timeout_s if timeout is None else timeout
         url = f"{self.base_url}{path}"
         try:
-            response = self._send(method, url, json=json, timeout=timeout)
+            response = self._send(method, url, resend=resend, json=json, timeout=timeout)
         except requests.Timeout as e:
             name = timeout_name
             raise VLLMRequestTimeout(
@@ -152,7 +171,7 @@ class VLLMClient:
     def health(self, timeout: float = 5.0) -> bool:
         """True when GET /health answers 200 (the engine is up and serving)."""
         try:
-            return self._send("GET", f"{self.base_url}/health", timeout=timeout).ok
+            return self._send("GET", f"{self.base_url}/health", resend=True, timeout=timeout).ok
         except requests.RequestException:
             return False
 
@@ -163,6 +182,7 @@ class VLLMClient:
             payload,
             timeout=self.request_timeout_s,
             timeout_name=self.request_timeout_name,
+            resend=True,  # no effect but its answer, which the first copy never got
         )
 
     def model_names(self) -> list[str]:
