@@ -5,11 +5,11 @@ hyperparameters of TRL's GRPOTrainer twin run (scripts/compare/trl_grpo.py).
     python -m tango_jax.train --config configs/smollm2_addition.py:grpo --config.seed=1
     python -m tango_jax.train --config configs/smollm2_addition.py:tango    # + a verifier
 
-The task (tango_jax/data/addition.py): "What is 47 + 8? Answer with just the number." as the
+The task (tango_jax/data/addition.py): "What is 7 + 5? Answer with just the number." as the
 user turn of the model's chat template, rewarded 1 when the reply's last integer is the sum
-(`last_integer_reward`, which the TRL run imports too). 648 training problems (a in 10..99 not
-ending in 7, b in 2..9), 72 held out (a ending in 7). Zero-shot at T = 1 the model is right on
-about a third of its replies, short ones (docs/real_model.md, "GRPO against TRL").
+(`last_integer_reward`, which the TRL run imports too); a and b in 2..9, 48 training questions,
+16 held out (a = 3 or 7). Zero-shot at T = 1 the model is right on 0.24 of its replies, and 27%
+of them run past 64 tokens (docs/real_model.md, "GRPO against TRL").
 
 Every hyperparameter is set to what the TRL run uses, which is TRL's default where that exists
 in both trainers (docs/real_model.md has the table): 8 prompts x 8 samples = 64 rollouts a step,
@@ -18,11 +18,11 @@ Trainer default) at a constant 1e-5 (TRL's schedule set to constant), gradient c
 KL (β = 0) and no entropy term, one update per batch, the loss a token mean over the whole batch
 (TRL's default `loss_type="dapo"`), advantages (r - mean) / (std + 1e-4) per group (TRL's
 `scale_rewards="group"`, its 1e-4 floor), truncated replies kept in the loss. Held-out accuracy,
-greedy and sampled at T = 1 (4 samples per problem), every 10 steps.
+greedy and sampled at T = 1 (8 samples per problem), every 10 steps.
 
 Variants: grpo (no verifier) | tango: SmolLM2 also as the verifier, zero-shot (no SFT set
 exists for this task). Its replies have no <step> blocks, so Tango's step term is empty and it
-reduces to GRPO plus a verifier trained on its verdicts; it validates and runs, but is not yet
+reduces to GRPO plus a verifier trained on its verdicts; it validates (not yet run) and is not
 the issue's Tango arm (that needs the generator and verifier format SFT first).
 Every field is documented where its dataclass is defined (tango_jax/config/run.py).
 """
@@ -49,14 +49,14 @@ def get_config(variant: str = "grpo"):
     c.eval.every_generator_steps = 10
     c.eval.after_verifier_warmup = False
     c.eval.sampled = True  # held-out accuracy at the training temperature (what RL optimises)
-    c.eval.sampled_n = 4
+    c.eval.sampled_n = 8  # 16 held-out questions x 8: 128 sampled answers
     c.eval.process_bench_size = 0  # a synthetic-task measurement
     c.checkpoint.every_steps = 0
     c.checkpoint.at_end = False  # the HF export at the end is what is kept (not Adam's state)
     c.data.source = "jsonl"
     c.data.train_path = f"{ASSETS}/train.jsonl"
     c.data.eval_path = f"{ASSETS}/eval.jsonl"
-    c.data.eval_size = 72  # all of it
+    c.data.eval_size = 16  # all of it
     c.data.prompts_per_step = PROMPTS_PER_STEP
     c.data.reward = REWARD
     c.data.prompt_style = "compact"  # the verifier's (tango); the generator's is the file below

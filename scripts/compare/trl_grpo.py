@@ -2,7 +2,7 @@
 
     python scripts/compare/trl_grpo.py                         # smollm2_addition:grpo, seed 0
     python scripts/compare/trl_grpo.py --seed 1 --run_dir runs/trl_addition_s1
-    python scripts/compare/trl_grpo.py --steps 3 --eval_every 0   # a timing run
+    python scripts/compare/trl_grpo.py --steps 3 --no_eval        # a timing run
 
 Needs `trl` (pinned in the `dev` and `compare` extras: pip install -e ".[compare]").
 
@@ -243,6 +243,7 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--run_dir", type=Path, default=None, help="default runs/trl_<name>_s<seed>"
     )
+    parser.add_argument("--no_eval", action="store_true", help="no held-out evaluation at all")
     parser.add_argument("--torch_padding_idx", action="store_true", help="stock TRL (see above)")
     args = parser.parse_args(argv)
     os.chdir(ROOT)  # the config's paths are relative to the repository root
@@ -324,6 +325,8 @@ def main(argv=None) -> int:
             self.t0, self.pending = 0.0, {}
 
         def on_train_begin(self, a, state, control, **kw):
+            if args.no_eval:
+                return
             before = evaluate(0)
             write(0, before, "eval")
             print(_summary(0, before), flush=True)
@@ -343,7 +346,7 @@ def main(argv=None) -> int:
                 "perf/step_s": step_s,
             }
             step = state.global_step
-            if (every and step % every == 0) or step == state.max_steps:
+            if not args.no_eval and ((every and step % every == 0) or step == state.max_steps):
                 self.pending.update(evaluate(step))
 
         def on_log(self, a, state, control, logs=None, **kw):

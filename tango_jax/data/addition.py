@@ -48,13 +48,16 @@ class Operands:
         ]
 
 
-# Two-digit plus one-digit: 90 x 8 = 720 problems. The held-out set is every pair whose a ends
-# in 7 (72 problems); training has the other 648, so no held-out question is ever trained on.
-TRAIN_AND_EVAL = Operands(10, 99, 2, 9)
+# One digit plus one digit, 2..9 each: 64 problems. Zero-shot at T = 1 the model is right on
+# 0.24 of its replies here, and on 0.04 when a has two digits (10..99), too few groups with any
+# signal (scripts/bench/smollm2_task_probe.py, docs/real_model.md). Held out: the 16 questions
+# with a = 3 or 7; training has the other 48. The questions are held out, not the facts: 7 + 4
+# is held out, 4 + 7 is trained on.
+TRAIN_AND_EVAL = Operands(2, 9, 2, 9)
 
 
 def is_held_out(a: int, b: int) -> bool:
-    return a % 10 == 7
+    return a in (3, 7)
 
 
 def addition_problems(operands: Operands, split: str) -> list[Problem]:

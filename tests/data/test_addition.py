@@ -36,10 +36,10 @@ def test_the_reward_loads_as_a_config_reward():
 def test_held_out_problems_are_never_trained_on():
     train = addition.addition_problems(addition.TRAIN_AND_EVAL, "train")
     held = addition.addition_problems(addition.TRAIN_AND_EVAL, "eval")
-    assert (len(train), len(held)) == (648, 72)
+    assert (len(train), len(held)) == (48, 16)
     assert not {p.question for p in train} & {p.question for p in held}
-    assert held[0].question == "What is 17 + 2? Answer with just the number."
-    assert held[0].answer == "19"
+    assert held[0].question == "What is 3 + 2? Answer with just the number."
+    assert held[0].answer == "5"
 
 
 def test_shipped_files_are_the_module_output(tmp_path, monkeypatch):
