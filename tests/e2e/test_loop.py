@@ -426,10 +426,9 @@ def test_run_with_the_vllm_sampling_service(tmp_path, monkeypatch):
             client.completions = real_completions
 
     def sync(self, replica, params, version, *args):
-        metrics = real_sync(self, replica, params, version, *args)
-        if killed and self is killed[0]:
+        if killed and self is killed[0]:  # before its check of the sync, which is a request
             events.append(("weights", version))
-        return metrics
+        return real_sync(self, replica, params, version, *args)
 
     def restart(self):
         events.append("restart")

@@ -231,30 +231,41 @@ class DroppingProxy:
 
 
 def test_connection_dropped_by_a_healthy_server_is_sent_again(sampler):
+    """Two layers resend a completion whose connection a healthy server closed unanswered: the
+    client once, at once, over a new connection (not counted); the sampler when that fails too
+    (counted in rollout/dropped_requests, at most max_restarts times); then it raises."""
     from tango_jax.rollout.vllm.client import VLLMUnavailable
 
     client = sampler.replicas[0].client
     direct = client.base_url
     params = SamplingParams(n=2, max_tokens=8, seed=1)
-    for drops in (2, 1000):
+    # (drops, prompts, connections dropped, requests the sampler sent again)
+    for drops, prompts, dropped, resent in ((1, PROMPTS, 1, 0), (2, PROMPTS[:1], 2, 1)):
         proxy = DroppingProxy(direct, drops)
         client.base_url = proxy.url
         before = sampler.metrics()
         try:
-            if drops == 2:  # within max_restarts (2) resends: the batch completes
-                results = sampler.generate(PROMPTS, params)
-                assert [len(g) for g in results] == [2] * len(PROMPTS)
-                after = sampler.metrics()
-                assert proxy.dropped == 2
-                assert after["rollout/dropped_requests"] - before["rollout/dropped_requests"] == 2
-                assert after["rollout/server_restarts"] == before["rollout/server_restarts"]
-            else:  # a connection that keeps dropping is an error, raised after the resends
-                with pytest.raises(VLLMUnavailable):
-                    sampler.generate(PROMPTS, params)
-                assert proxy.dropped == 3 * len(PROMPTS)
+            results = sampler.generate(prompts, params)
+            assert [len(g) for g in results] == [2] * len(prompts)
+            after = sampler.metrics()
+            assert proxy.dropped == dropped
+            delta = after["rollout/dropped_requests"] - before["rollout/dropped_requests"]
+            assert delta == resent, (drops, delta)
+            assert after["rollout/server_restarts"] == before["rollout/server_restarts"]
         finally:
             client.base_url = direct
             proxy.close()
+    proxy = DroppingProxy(direct, 1000)  # a connection that keeps dropping is an error
+    client.base_url = proxy.url
+    try:
+        with pytest.raises(VLLMUnavailable):
+            sampler.generate(PROMPTS, params)
+        # per prompt: the sampler's first send and its max_restarts (2) resends, each sent
+        # twice by the client
+        assert proxy.dropped == 2 * 3 * len(PROMPTS)
+    finally:
+        client.base_url = direct
+        proxy.close()
 
 
 def test_killed_server_is_restarted_resynced_and_the_batch_completes(sampler, model):
