@@ -107,18 +107,16 @@ class VLLMClient:
     def _send(self, method: str, url: str, *, resend: bool, **kwargs) -> requests.Response:
         """One request; with `resend`, sent once more over a new connection when the server
         closed an established one without answering (see the module docstring)."""
-        for attempt in (1, 2):
-            session = self._session()
-            try:
-                return session.request(method, url, **kwargs)
-            except requests.ConnectionError as e:
-                dropped = bool(e.args) and isinstance(e.args[0], ProtocolError)
-                if attempt == 2 or not (resend and dropped):
-                    raise
-                session.close()  # the second attempt opens a new connection
-            finally:
-                self._local.last_used = time.monotonic()
-        raise AssertionError("unreachable")
+        session = self._session()
+        try:
+            return session.request(method, url, **kwargs)
+        except requests.ConnectionError as e:
+            if not (resend and e.args and isinstance(e.args[0], ProtocolError)):
+                raise
+            session.close()  # the second attempt opens a new connection
+            return session.request(method, url, **kwargs)
+        finally:
+            self._local.last_used = time.monotonic()
 
     def request(
         self,
