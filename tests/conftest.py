@@ -1,20 +1,23 @@
 """Test session setup.
 
 Every test process sees 8 simulated CPU devices, so sharding tests run in the same session as
-everything else; single-device tests pick one device explicitly. The flag must be set before
-JAX initialises its backend, hence here, at conftest import.
+everything else; single-device tests pick one device explicitly, and XLA compiles with LLVM's
+quickest settings (tests/helpers/xla_flags.py). The flags must be set before JAX initialises its
+backend, hence here, at conftest import.
 """
 
 import os
 import sys
 from pathlib import Path
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+sys.path.insert(0, str(Path(__file__).parent / "helpers"))  # tests/helpers/hf_fixtures.py, ...
+
+from xla_flags import xla_flags
+
+os.environ.setdefault("XLA_FLAGS", xla_flags(8))  # + a faster compile (helpers/xla_flags.py)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-sys.path.insert(0, str(Path(__file__).parent / "helpers"))  # tests/helpers/hf_fixtures.py, ...
 
 import jax
 

@@ -19,6 +19,8 @@ import json
 import os
 import sys
 
+from xla_flags import xla_flags  # this folder (the worker runs as a script)
+
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser()
@@ -34,7 +36,7 @@ def main(argv: list[str]) -> int:
 
     local = args.devices // args.num_processes
     os.environ["JAX_PLATFORMS"] = "cpu"
-    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={local}"
+    os.environ["XLA_FLAGS"] = xla_flags(local)
     import jax
     import numpy as np
     from flax import nnx

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 from safetensors.numpy import load_file
+from xla_flags import xla_flags
 
 from tango_jax.config.run import RunConfig, load_run_config, sibling_config
 from tango_jax.schema import to_dict
@@ -102,7 +103,7 @@ def child_env(local_devices: int = 8, compile_cache: Path | None = None) -> dict
     again by the next), else `compile_cache`."""
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
     env["JAX_PLATFORMS"] = "cpu"
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={local_devices}"
+    env["XLA_FLAGS"] = xla_flags(local_devices)
     env["JAX_DEFAULT_MATMUL_PRECISION"] = "highest"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     if compile_cache is not None and "JAX_COMPILATION_CACHE_DIR" not in env:

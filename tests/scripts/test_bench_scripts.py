@@ -14,12 +14,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from xla_flags import xla_flags
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(script: str, *args: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one CPU device
+    env = {**os.environ, "XLA_FLAGS": xla_flags()}  # one CPU device
     proc = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "bench" / script), *args],
         capture_output=True,
@@ -88,7 +89,7 @@ def test_check_memory_plans_both_roles_without_the_cpu_combiner(tmp_path):
         [sys.executable, str(script), *args, "--json_out", str(out)],
         capture_output=True,
         text=True,
-        env={k: v for k, v in os.environ.items() if k != "XLA_FLAGS"},
+        env={**os.environ, "XLA_FLAGS": xla_flags()},
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
