@@ -280,18 +280,21 @@ def test_resume_falls_back_from_a_damaged_checkpoint(request, tmp_path):
 
     Runs in a child pytest: after orbax fails to read the truncated file, its reader threads
     can abort the interpreter minutes later (seen once in a full-suite run), which would take
-    the rest of the suite with it."""
-    if os.environ.get("TANGO_JAX_TEST_CHILD") != "1":
+    the rest of the suite with it. The child copies this module's uninterrupted run (the
+    `jax_run` fixture, made once) rather than making its own."""
+    run_env = "TANGO_JAX_TEST_UNINTERRUPTED_RUN"
+    if os.environ.get(run_env) is None:
+        run_dir, _ = request.getfixturevalue("jax_run")
         child = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", request.node.nodeid],
             cwd=request.config.rootpath,
-            env={**os.environ, "TANGO_JAX_TEST_CHILD": "1"},
+            env={**os.environ, run_env: str(run_dir)},
             capture_output=True,
             text=True,
         )
         assert child.returncode == 0, child.stdout[-4000:] + child.stderr[-4000:]
         return
-    run_dir, _ = request.getfixturevalue("jax_run")
+    run_dir = Path(os.environ[run_env])
     copy = tmp_path / "b"
     shutil.copytree(run_dir, copy)
     shutil.rmtree(copy / "checkpoints" / "5")
