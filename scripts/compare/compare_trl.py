@@ -92,6 +92,25 @@ def differences(ours: dict[int, list[dict]], theirs: dict[int, list[dict]], name
     return rows
 
 
+def gains(runs: dict[int, list[dict]], name: str) -> dict:
+    """The last evaluation's `name` minus the zero-shot one (step 0), paired over seeds: the
+    mean gain with its 95% t-interval."""
+    from tango_jax.eval.paired_study import paired
+
+    per_seed = {seed: series(rows, name) for seed, rows in runs.items()}
+    missing = [seed for seed, s in per_seed.items() if 0 not in s or len(s) < 2]
+    if missing:
+        raise SystemExit(f"{name}: seeds {missing} lack the step-0 or a later evaluation.")
+    last = {seed: s[max(s)] for seed, s in per_seed.items()}
+    start = {seed: s[0] for seed, s in per_seed.items()}
+    c = paired(f"{name} gain", last, start)
+    return {
+        "start": float(np.mean(list(start.values()))),
+        "end": float(np.mean(list(last.values()))),
+        **{"gain": c.mean, "half": c.half, "p": c.p, "per_seed": list(c.diffs)},
+    }
+
+
 def plot(summary: dict, diffs: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -134,6 +153,10 @@ def main(argv=None) -> int:
     summary = {"seeds": seeds, "tango_jax": summarise(ours), "trl": summarise(theirs)}
     diffs = differences(ours, theirs, EVALS[0])
     summary["difference_sampled_accuracy"] = diffs
+    summary["gain_sampled_accuracy"] = {
+        "tango_jax": gains(ours, EVALS[0]),
+        "trl": gains(theirs, EVALS[0]),
+    }
     t_ours, t_trl = summary["tango_jax"]["times"], summary["trl"]["times"]
     summary["time_ratio_trl_over_tango_jax"] = {
         name: (t_trl[name]["mean_after_first"] / t_ours[name]["mean_after_first"])
@@ -151,6 +174,11 @@ def main(argv=None) -> int:
         a = acc_ours["mean"][acc_ours["steps"].index(d["step"])]
         b = acc_trl["mean"][acc_trl["steps"].index(d["step"])]
         print(f"| {d['step']} | {a:.3f} | {b:.3f} | {d['mean']:+.3f} ± {d['half']:.3f} |")
+    print("\nheld-out sampled accuracy, zero-shot -> last evaluation (gain, 95% CI over seeds):")
+    for trainer, g in summary["gain_sampled_accuracy"].items():
+        print(
+            f"  {trainer}: {g['start']:.3f} -> {g['end']:.3f}, {g['gain']:+.3f} ± {g['half']:.3f}"
+        )
     print("\nseconds per step after the first (TRL / tango_jax):")
     for name in TIMES:
         ratio = summary["time_ratio_trl_over_tango_jax"][name]

@@ -54,6 +54,11 @@ def test_comparison_pairs_seeds_and_times_steps_after_the_first(tmp_path):
     assert times["perf/train_s"] == {"mean_after_first": 4.0, "first": 40.0}
     ratio = summary["time_ratio_trl_over_tango_jax"]["perf/generate_s"]
     assert ratio == pytest.approx(2.075 / 2.0)
+    gain = summary["gain_sampled_accuracy"]  # last evaluation (step 4) - zero-shot, per seed
+    np.testing.assert_allclose(gain["tango_jax"]["per_seed"], [0.41, 0.42])
+    np.testing.assert_allclose(gain["trl"]["per_seed"], [0.46, 0.52])
+    assert gain["trl"]["gain"] == pytest.approx(0.49) and gain["trl"]["start"] == 0.3
+    assert gain["tango_jax"]["half"] == pytest.approx(12.706 * 0.01 / 2, rel=1e-3)
 
 
 def test_a_missing_run_names_its_path(tmp_path):
