@@ -230,7 +230,9 @@ def test_token_logprobs_match_reference(chunk_size, temperature):
         hidden, lm_head, targets, temperature=temperature, chunk_size=chunk_size
     )
     assert none is None
-    np.testing.assert_array_equal(logp_only, logp)
+    # The same computation without the entropy: XLA fuses the two programs differently, which
+    # at the suite's LLVM level 0 (tests/helpers/xla_flags.py) parts 1 ulp on some elements
+    np.testing.assert_array_max_ulp(np.asarray(logp_only), np.asarray(logp), maxulp=2)
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
