@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The seed runs of the GRPO comparison against TRL, one after the other (never side by side:
+# the step times are compared), each run's record copied to docs/compare_trl/runs/ as it ends.
+#
+#   bash scripts/compare/run_seeds.sh 1 2 3          # tango_jax then TRL, seed by seed
+#   TRAINERS=trl bash scripts/compare/run_seeds.sh 2  # one trainer only
+#
+# A seed whose record already exists is skipped, so a stopped study resumes where it left off.
+# Then: python scripts/compare/compare_trl.py --seeds 1,2,3 \
+#   --ours 'docs/compare_trl/runs/tango_jax_s{seed}' --trl 'docs/compare_trl/runs/trl_s{seed}'
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+CONFIG="${CONFIG:-configs/smollm2_addition.py:grpo}"
+RECORDS=docs/compare_trl/runs
+mkdir -p "$RECORDS"
+[ "$#" -gt 0 ] || { echo "usage: $0 SEED [SEED ...]" >&2; exit 2; }
+
+record() {  # record NAME RUN_DIR LOG: the metrics, the config and the log of a finished run
+  local out="$RECORDS/$1"
+  mkdir -p "$out.tmp"
+  cp "$2/metrics.jsonl" "$2/config.json" "$out.tmp/"
+  grep -v "it/s\]" "$3" > "$out.tmp/train.log"
+  rm -rf "$out" && mv "$out.tmp" "$out"
+  echo "recorded $out"
+}
+
+for seed in "$@"; do
+  for trainer in ${TRAINERS:-tango_jax trl}; do
+    name="${trainer}_s${seed}"
+    [ -f "$RECORDS/$name/metrics.jsonl" ] && { echo "$name: recorded already"; continue; }
+    log="$RECORDS/../$name.log"
+    case "$trainer" in
+      tango_jax)
+        run_dir="runs/smollm2_addition_grpo_s${seed}"
+        rm -rf "$run_dir"  # a run stopped half-way starts again: its steps are not comparable
+        .venv/bin/python -m tango_jax.train --config "$CONFIG" --config.seed="$seed" \
+          --config.run_dir="$run_dir" > "$log" 2>&1 ;;
+      trl)
+        run_dir="runs/trl_smollm2_addition_grpo_s${seed}"
+        rm -rf "$run_dir"
+        .venv/bin/python scripts/compare/trl_grpo.py --config "$CONFIG" --seed "$seed" \
+          --run_dir "$run_dir" > "$log" 2>&1 ;;
+      *) echo "unknown trainer $trainer (tango_jax | trl)" >&2; exit 2 ;;
+    esac
+    rc=$?
+    if [ "$rc" -ne 0 ]; then echo "$name failed (exit $rc): see $log" >&2; exit "$rc"; fi
+    record "$name" "$run_dir" "$log" && rm -f "$log"
+  done
+done
