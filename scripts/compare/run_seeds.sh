@@ -11,9 +11,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 CONFIG="${CONFIG:-configs/smollm2_addition.py:grpo}"
-RECORDS=docs/compare_trl/runs
-mkdir -p "$RECORDS"
+RECORDS="${RECORDS:-docs/compare_trl/runs}"  # where the records go
+mkdir -p "$RECORDS" runs
 [ "$#" -gt 0 ] || { echo "usage: $0 SEED [SEED ...]" >&2; exit 2; }
+for trainer in ${TRAINERS:-tango_jax trl}; do  # every name checked before anything runs
+  case "$trainer" in tango_jax | trl) ;; *) echo "unknown trainer $trainer (tango_jax | trl)" >&2; exit 2 ;; esac
+done
 
 record() {  # record NAME RUN_DIR LOG: the metrics, the config and the log of a finished run
   local out="$RECORDS/$1"
@@ -28,7 +31,7 @@ for seed in "$@"; do
   for trainer in ${TRAINERS:-tango_jax trl}; do
     name="${trainer}_s${seed}"
     [ -f "$RECORDS/$name/metrics.jsonl" ] && { echo "$name: recorded already"; continue; }
-    log="$RECORDS/../$name.log"
+    log="runs/$name.log"  # the record takes it when the run ends
     case "$trainer" in
       tango_jax)
         run_dir="runs/smollm2_addition_grpo_s${seed}"
@@ -40,7 +43,6 @@ for seed in "$@"; do
         rm -rf "$run_dir"
         .venv/bin/python scripts/compare/trl_grpo.py --config "$CONFIG" --seed "$seed" \
           --run_dir "$run_dir" > "$log" 2>&1 ;;
-      *) echo "unknown trainer $trainer (tango_jax | trl)" >&2; exit 2 ;;
     esac
     rc=$?
     if [ "$rc" -ne 0 ]; then echo "$name failed (exit $rc): see $log" >&2; exit "$rc"; fi

@@ -90,3 +90,31 @@ def test_trl_arguments_follow_the_tango_jax_config(tmp_path, variant):
     assert not args.bf16 and cfg.algorithm.eps == 1e-4  # TRL's std floor
     with pytest.raises(SystemExit, match="has a verifier"):
         trl_grpo.load_config("configs/smollm2_addition.py:tango", seed=0, steps=None)
+
+
+def test_run_seeds_skips_recorded_runs_and_refuses_an_unknown_trainer(tmp_path):
+    """scripts/compare/run_seeds.sh: a seed whose record exists is not run again (a stopped
+    study resumes), and an unknown trainer is named before anything runs."""
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "compare" / "run_seeds.sh"
+    for name in ("tango_jax_s7", "trl_s7"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.jsonl").write_text("{}\n")
+    env = {"PATH": "/usr/bin:/bin", "RECORDS": str(tmp_path)}
+    done = subprocess.run(["bash", str(script), "7"], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "tango_jax_s7: recorded already",
+        "trl_s7: recorded already",
+    ]
+    bad = subprocess.run(
+        ["bash", str(script), "8"],
+        env={**env, "TRAINERS": "tango_jax verl"},
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and "unknown trainer verl (tango_jax | trl)" in bad.stderr
+    usage = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
+    assert usage.returncode == 2 and "usage:" in usage.stderr
