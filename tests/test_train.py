@@ -160,10 +160,43 @@ def test_a_wrong_data_field_is_refused_with_its_flag_leaving_the_run_untouched(
     assert run.returncode == 1 and "--config.data.question_field=problem" in run.stderr
     assert not fresh.exists()
     ok = _train(
-        "--config", TINY, f"--config.run_dir={fresh}", *_own_data(tmp_path, "problem"), "--dry_run"
-    )
+        "--config", TINY, f"--config.run_dir={fresh}", *_own_data(tmp_path, "problem"),
+        *_four_prompts(), "--dry_run",
+    )  # fmt: skip
     assert ok.returncode == 0, ok.stderr
     assert not fresh.exists()
+
+
+def test_too_few_records_for_a_batch_are_refused_by_the_dry_run(tmp_path):
+    """Four training records and the tiny config's 32 prompts per step: refused by the pre-run
+    checks (so by --dry_run, in one line naming the flag), not by a traceback after the run
+    has started. When enough records remain only before the prompt-length filter, the run is
+    refused in one line too, before anything is written."""
+    fresh = tmp_path / "fresh"
+    data = _own_data(tmp_path, "problem")
+    dry = _train("--config", TINY, f"--config.run_dir={fresh}", *data, "--dry_run")
+    assert dry.returncode == 1
+    assert dry.stderr.strip().splitlines()[-1] == (
+        "config error: config.data.prompts_per_step (32) is more than the 4 records of "
+        f"data.train_path ({tmp_path / 'train.jsonl'}); lower it "
+        "(--config.data.prompts_per_step=4) or add records."
+    )
+    long = {"problem": "Add " + " and ".join(["7"] * 300) + ".", "answer": "2100"}
+    short = {"problem": "Start with 3. Add 4.", "answer": 7}
+    _jsonl(tmp_path / "train.jsonl", [short, long, short, long])
+    run = _train("--config", TINY, f"--config.run_dir={fresh}", *data, *_four_prompts())
+    assert run.returncode == 1
+    assert run.stderr.strip().splitlines()[-1] == (
+        "config error: config.data.prompts_per_step (4) is more than the 2 training problems "
+        "whose prompt fits config.generator.max_prompt_len (256; 2 of 4 are longer); lower "
+        "it (--config.data.prompts_per_step=2), raise generator.max_prompt_len or add records."
+    ), run.stderr[-3000:]
+    assert not fresh.exists()
+
+
+def _four_prompts() -> list[str]:
+    """The tiny config at 4 prompts a step (and micro-batches that divide its rollouts)."""
+    return ["--config.data.prompts_per_step=4"]
 
 
 def test_an_unsupported_model_is_refused_before_anything_is_written(tmp_path, started_run):
@@ -191,7 +224,7 @@ def test_prompts_all_too_long_are_refused_before_anything_is_written(tmp_path, s
     """Found only once the data is tokenized (in the loop, after the pre-run checks), and still
     before the first write."""
     long = {"question": "Add " + " and ".join(["7"] * 300) + ".", "answer": "2100"}
-    data = _jsonl(tmp_path / "long.jsonl", [long] * 3)
+    data = _jsonl(tmp_path / "long.jsonl", [long] * 4)
     before = _listing(tmp_path)
     run = _train(
         "--config",
@@ -201,6 +234,7 @@ def test_prompts_all_too_long_are_refused_before_anything_is_written(tmp_path, s
         "--config.data.source=jsonl",
         f"--config.data.train_path={data}",
         f"--config.data.eval_path={data}",
+        *_four_prompts(),
     )
     assert run.returncode == 1
     assert "already holds a run" in run.stderr  # the pre-run checks come first
@@ -212,6 +246,7 @@ def test_prompts_all_too_long_are_refused_before_anything_is_written(tmp_path, s
         "--config.data.source=jsonl",
         f"--config.data.train_path={data}",
         f"--config.data.eval_path={data}",
+        *_four_prompts(),
     )
     assert run.returncode == 1
     assert (

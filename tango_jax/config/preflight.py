@@ -186,15 +186,24 @@ def check_paths(cfg: RunConfig) -> None:
     if not cfg.data.source.generated:
         _check_data_file("data.train_path", cfg.data.train_path)
         _check_data_file("data.eval_path", cfg.data.eval_path)
+        records = {}
         for split in ("train", "eval"):  # every record: fields, questions, answers
             try:
-                read_problems(cfg.data, split)
+                records[split] = len(read_problems(cfg.data, split))
             except ConfigError:
                 raise
             except ValueError as e:  # a record that is not JSON, an empty question, ...
                 _fail(
                     f"data.{split}_path", getattr(cfg.data, f"{split}_path"), f"cannot be read: {e}"
                 )
+        if records["train"] < cfg.data.prompts_per_step:  # a step's batch: distinct problems
+            _fail(
+                "data.prompts_per_step",
+                cfg.data.prompts_per_step,
+                f"is more than the {records['train']} records of data.train_path "
+                f"({cfg.data.train_path}); lower it (--config.data.prompts_per_step="
+                f"{records['train']}) or add records.",
+            )
     load_templates(cfg.data.prompt_style, cfg.data.template_files)  # files exist and check out
     if cfg.data.reward:  # imports, and is a function of (completion, answer, question)
         reward_function.load(cfg.data.reward)

@@ -112,7 +112,16 @@ def load_prompts(
         return stream, [p.to_problem() for p in held_out]
     train, evals = read_problems(cfg, "train"), read_problems(cfg, "eval")
     tok = tokenizer()
+    total = len(train)
     train = drop_overlong(train, "train", tok, max_prompt_len, cfg.templates, chat_template)
+    if len(train) < cfg.prompts_per_step:  # the record count itself was checked before the run
+        raise ConfigError(
+            f"config.data.prompts_per_step ({cfg.prompts_per_step}) is more than the "
+            f"{len(train)} training problems whose prompt fits config.generator.max_prompt_len "
+            f"({max_prompt_len}; {total - len(train)} of {total} are longer); lower it "
+            f"(--config.data.prompts_per_step={len(train)}), raise generator.max_prompt_len or "
+            "add records."
+        )
     evals = drop_overlong(evals, "eval", tok, max_prompt_len, cfg.templates, chat_template)
     stream = PromptStream(train, cfg.prompts_per_step, seed=cfg.seed, position=position)
     return stream, evals[: cfg.eval_size]
