@@ -323,11 +323,27 @@ def _run_with_alarm(fn: Callable[[str, str], float], a: str, b: str, timeout_s: 
 
 
 class ItemStatus(enum.Enum):
-    """How one item's check ended; TIMEOUT and ERROR score 0 and are counted by the pool."""
+    """How one item's check ended; all but OK score 0 and are counted apart by the pool."""
 
     OK = "ok"
     TIMEOUT = "timeout"
-    ERROR = "error"
+    ERROR = "error"  # the check raised
+    OUT_OF_RANGE = "out_of_range"  # it returned a number outside [0, 1], or NaN
+    NOT_A_NUMBER = "not_a_number"  # it returned something else than a number or a bool
+
+
+class BadScore(ValueError):
+    """A check returned something that is not a score; `status` is the kind."""
+
+    status = ItemStatus.ERROR
+
+
+class ScoreOutOfRange(BadScore):
+    status = ItemStatus.OUT_OF_RANGE
+
+
+class ScoreNotANumber(BadScore):
+    status = ItemStatus.NOT_A_NUMBER
 
 
 class ItemResult(NamedTuple):
@@ -355,6 +371,8 @@ def score_call(
         return ItemResult(_run_with_alarm(fn, response, gold, timeout_s), ItemStatus.OK)
     except _ItemTimeout:
         return ItemResult(0.0, ItemStatus.TIMEOUT)
+    except BadScore as e:
+        return ItemResult(0.0, e.status, f"{type(e).__name__}: {e}"[:500])
     except Exception as e:
         return ItemResult(0.0, ItemStatus.ERROR, f"{type(e).__name__}: {e}"[:500])
 

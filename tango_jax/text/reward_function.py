@@ -15,10 +15,12 @@ correct solution: that label is what the verifier learns to predict.
 
 It runs where the built-in checks run, in the scoring pool's worker processes
 (`scoring_pool.OutcomeScorer`), each call under `scorer_timeout_s`. A call that raises, returns
-something else than a number in [0, 1] or runs out of time scores 0, is counted in
-`generator/reward/errors` or `generator/reward/timeouts`, and the first error of each kind is
-logged with its message. Each worker imports the module once, by name, from the folder where
-the trainer found it; importing it should be cheap and do nothing else.
+a number outside [0, 1] (or NaN), returns something else than a number, or runs out of time
+scores 0 and is counted by kind: `generator/reward/errors`, `.../out_of_range`,
+`.../not_a_number`, `.../timeouts`; the first case of each kind (of each exception type, for
+raises) is logged with the exception or the value returned. Each worker imports the module
+once, by name, from the folder where the trainer found it; importing it should be cheap and do
+nothing else.
 
 `load` is the pre-run check (config/preflight.py): a name that does not import, a missing
 attribute, something that is not callable or cannot be called as (completion, answer, question)
@@ -36,6 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tango_jax.schema import ConfigError
+from tango_jax.text.answer_check import ScoreNotANumber, ScoreOutOfRange
 
 RewardFunction = Callable[[str, str, str], float]
 FIELD = "data.reward"
@@ -112,9 +115,13 @@ def module_root(spec: str) -> str:
 
 
 def checked(value: object) -> float:
-    """A reward function's return value as a float in [0, 1]; ValueError otherwise."""
-    if not isinstance(value, numbers.Real) or not 0.0 <= float(value) <= 1.0:
-        raise ValueError(f"returned {value!r}; a reward is a number in [0, 1]")  # NaN too
+    """A reward function's return value as a float in [0, 1]; otherwise ScoreNotANumber (not
+    a real number or a bool) or ScoreOutOfRange (outside [0, 1], NaN too), both ValueErrors."""
+    rule = f"returned {value!r}; a reward is a number in [0, 1]"
+    if not isinstance(value, numbers.Real):
+        raise ScoreNotANumber(rule)
+    if not 0.0 <= float(value) <= 1.0:
+        raise ScoreOutOfRange(rule)
     return float(value)
 
 

@@ -47,14 +47,25 @@ log = logging.getLogger(__name__)
 class ScoredBatch:
     """Scores of one `OutcomeScorer.score` call.
 
-    scores: [N] float32 in {0, 1}. timed_out, errored: [N] bool; such items scored 0.
-    seconds: wall time of the call.
+    scores: [N] float32 in {0, 1} (a custom reward: in [0, 1]). status: [N] `ItemStatus` values,
+    how each item's check ended; every item not "ok" scored 0. seconds: wall time of the call.
     """
 
     scores: np.ndarray
-    timed_out: np.ndarray
-    errored: np.ndarray
+    status: np.ndarray
     seconds: float
+
+    def _is(self, status: ItemStatus) -> np.ndarray:
+        return self.status == status.value
+
+    @property
+    def timed_out(self) -> np.ndarray:
+        return self._is(ItemStatus.TIMEOUT)
+
+    @property
+    def errored(self) -> np.ndarray:
+        """[N] bool: the check raised (or its worker died)."""
+        return self._is(ItemStatus.ERROR)
 
     @property
     def timeouts(self) -> int:
@@ -64,25 +75,40 @@ class ScoredBatch:
     def errors(self) -> int:
         return int(self.errored.sum())
 
+    @property
+    def out_of_range(self) -> int:
+        """Items whose reward function returned a number outside [0, 1], or NaN."""
+        return int(self._is(ItemStatus.OUT_OF_RANGE).sum())
+
+    @property
+    def not_a_number(self) -> int:
+        """Items whose reward function returned something else than a number or a bool."""
+        return int(self._is(ItemStatus.NOT_A_NUMBER).sum())
+
     def metrics(self, prefix: str) -> dict[str, float]:
-        """E.g. prefix "generator/outcome": mean, timeouts, errors, seconds."""
+        """E.g. prefix "generator/outcome": mean, each kind of failure apart (timeouts, errors:
+        raised, out_of_range, not_a_number), seconds."""
         mean = float(self.scores.mean()) if len(self.scores) else 0.0
         return {
             f"{prefix}/mean": mean,
             f"{prefix}/timeouts": float(self.timeouts),
             f"{prefix}/errors": float(self.errors),
+            f"{prefix}/out_of_range": float(self.out_of_range),
+            f"{prefix}/not_a_number": float(self.not_a_number),
             f"{prefix}/seconds": self.seconds,
         }
 
 
 @dataclasses.dataclass(frozen=True)
 class ScorerStats:
-    """Totals over a scorer's life: items scored, timeouts, errors, workers restarted."""
+    """Totals over a scorer's life: items scored, each kind of failure, workers restarted."""
 
     items: int
     timeouts: int
     errors: int
     restarts: int
+    out_of_range: int = 0
+    not_a_number: int = 0
 
 
 def _custom_score(fn: reward_function.RewardFunction, question: str, response: str, gold: str):
@@ -243,7 +269,10 @@ class OutcomeScorer:
     @property
     def stats(self) -> ScorerStats:
         t = self._totals
-        return ScorerStats(t["items"], t["timeouts"], t["errors"], t["restarts"])
+        return ScorerStats(
+            t["items"], t["timeouts"], t["errors"], t["restarts"], t["out_of_range"],
+            t["not_a_number"],
+        )  # fmt: skip
 
     def close(self) -> None:
         with self._lock:
@@ -295,23 +324,35 @@ class OutcomeScorer:
                 self._dispatch(todo, responses, golds, questions, kind, timeout_s)
                 for index, score, item_status, error in self._collect():
                     scores[index], status[index] = score, item_status
-                    self._log_first(error)
+                    self._log_first(item_status, error)
                     left -= 1
-        timed_out, errored = status == ItemStatus.TIMEOUT.value, status == ItemStatus.ERROR.value
-        self._totals.update(items=n, timeouts=int(timed_out.sum()), errors=int(errored.sum()))
-        return ScoredBatch(scores, timed_out, errored, time.monotonic() - start)
+        batch = ScoredBatch(scores, status, time.monotonic() - start)
+        self._totals.update(
+            items=n,
+            timeouts=batch.timeouts,
+            errors=batch.errors,
+            out_of_range=batch.out_of_range,
+            not_a_number=batch.not_a_number,
+        )
+        return batch
 
-    def _log_first(self, error: str) -> None:
-        """Logs the first error of each type (its message says what to fix); later ones are
-        only counted."""
-        kind = error.partition(":")[0]
-        if error and kind not in self._logged_errors:
+    def _log_first(self, status: str, error: str) -> None:
+        """Logs the first failure of each kind with its message (the exception, or the value
+        returned: what to fix); a raise is a kind per exception type. Later ones are only
+        counted."""
+        if not error:
+            return
+        metric = {"out_of_range": "out_of_range", "not_a_number": "not_a_number"}.get(
+            status, "errors"
+        )
+        kind = status if metric != "errors" else error.partition(":")[0]
+        if kind not in self._logged_errors:
             self._logged_errors.add(kind)
             log.warning(
-                "an answer could not be scored and counts 0 (%s); further %s errors are only "
-                "counted, in the */reward/errors metrics",
+                "an answer could not be scored and counts 0 (%s); further such cases are only "
+                "counted, in the */reward/%s metrics",
                 error,
-                kind,
+                metric,
             )
 
     def _dispatch(

@@ -55,7 +55,8 @@ def test_outcome_rewards_come_from_the_function(run):
     metrics = read_metrics(run)
     for m in metrics:
         for prefix in ("generator", "verifier/solutions", "eval/generator"):
-            assert m.get(f"{prefix}/reward/errors", 0.0) == 0.0
+            for failure in ("errors", "out_of_range", "not_a_number"):
+                assert m.get(f"{prefix}/reward/{failure}", 0.0) == 0.0
     key = "eval/generator/reward/mean"
     held_out = [m[key] for m in metrics if key in m]
     # the held-out set of 4 problems: Math-Verify's mean would be a multiple of 1/4

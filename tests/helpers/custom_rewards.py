@@ -46,3 +46,11 @@ def digit_share(completion: str, answer: str, question: str) -> float:
     if not question:
         raise ValueError("no question passed")
     return (sum(ch.isdigit() for ch in completion) + 1) / (len(completion) + 2)
+
+
+def every_failure(completion: str, answer: str, question: str):
+    """One kind of failure per completion: "raise" raises, "big" returns 2.0, "text" returns
+    a string, "nan" returns NaN, anything else scores 1 (a user's reward with every bug)."""
+    if completion == "raise":
+        raise KeyError("no such case")
+    return {"big": 2.0, "text": "yes", "nan": float("nan")}.get(completion, 1.0)

@@ -83,19 +83,46 @@ def test_the_pool_scores_with_the_function_in_its_workers():
 
 
 @pytest.mark.parametrize(
-    "spec, error",
-    [("custom_rewards:raises", "RuntimeError: cannot grade '7'"),
-     ("custom_rewards:returns_two", "ValueError: returned 2.0; a reward is a number in [0, 1]")],
+    "spec, error, counted",
+    [("custom_rewards:raises", "RuntimeError: cannot grade '7'", "errors"),
+     ("custom_rewards:returns_two",
+      "ScoreOutOfRange: returned 2.0; a reward is a number in [0, 1]", "out_of_range")],
 )  # fmt: skip
-def test_errors_score_zero_are_counted_and_the_first_is_logged(spec, error, caplog):
+def test_errors_score_zero_are_counted_and_the_first_is_logged(spec, error, counted, caplog):
     with (
         R.OutcomeScorer(num_workers=1, reward_function=spec) as pool,
         caplog.at_level(logging.WARNING, "tango_jax.text.scoring_pool"),
     ):
         batch = pool.score(["7", "7"], ["7", "7"], R.RewardKind.CUSTOM, questions=["q", "q"])
-    assert batch.scores.tolist() == [0.0, 0.0] and batch.errors == 2
+    assert batch.scores.tolist() == [0.0, 0.0] and getattr(batch, counted) == 2
     logged = [r.getMessage() for r in caplog.records]
     assert len(logged) == 1 and error in logged[0]
+
+
+def test_each_kind_of_failure_is_counted_apart_and_logged_once_with_its_value(caplog):
+    """A function that raises on one answer, returns 2.0, a string and NaN on others: each
+    kind scores 0, has its own count (and metric), and its first case is logged with the
+    exception or the returned value, whatever kind came first."""
+    answers = ["raise", "big", "text", "nan", "good", "big", "raise", "text"]
+    with (
+        R.OutcomeScorer(num_workers=1, reward_function="custom_rewards:every_failure") as pool,
+        caplog.at_level(logging.WARNING, "tango_jax.text.scoring_pool"),
+    ):
+        batch = pool.score(answers, ["1"] * 8, R.RewardKind.CUSTOM, questions=["q"] * 8)
+        stats = pool.stats
+    assert batch.scores.tolist() == [0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]
+    assert (batch.errors, batch.out_of_range, batch.not_a_number, batch.timeouts) == (2, 3, 2, 0)
+    assert (stats.errors, stats.out_of_range, stats.not_a_number) == (2, 3, 2)
+    metrics = batch.metrics("generator/reward")
+    assert metrics["generator/reward/errors"] == 2.0
+    assert metrics["generator/reward/out_of_range"] == 3.0  # 2.0 twice, and NaN
+    assert metrics["generator/reward/not_a_number"] == 2.0
+    logged = [r.getMessage() for r in caplog.records]
+    assert len(logged) == 3, logged
+    assert "KeyError: 'no such case'" in logged[0]
+    assert "returned 2.0; a reward is a number in [0, 1]" in logged[1]
+    assert "returned 'yes'; a reward is a number in [0, 1]" in logged[2]
+    assert all("metric" in line for line in logged)
 
 
 def test_a_slow_function_times_out():

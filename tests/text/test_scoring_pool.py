@@ -55,6 +55,8 @@ def test_scorer_counts_soft_timeouts_and_errors(scorer):
         "generator/outcome/mean": pytest.approx(1 / 3),
         "generator/outcome/timeouts": 1.0,
         "generator/outcome/errors": 1.0,
+        "generator/outcome/out_of_range": 0.0,  # kinds only a custom reward function has
+        "generator/outcome/not_a_number": 0.0,
         "generator/outcome/seconds": batch.seconds,
     }
     after = scorer.stats
