@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -155,6 +156,35 @@ def _run_role_path(run_dir: Path, step: str, kind: Kind, out_dir: Path) -> tuple
     return out, f"step {chosen}"
 
 
+def _named(selection: str, groups: set[str]) -> set[str]:
+    """What `--benchmarks` / `--process_bench` names on its own, not through a group."""
+    return {p.strip() for p in selection.split(",")} - {"", "none"} - groups
+
+
+def _load_or_skip(name: str, named: bool, load):
+    """load(), or None with one line saying why when `name`'s data is missing and the selection
+    did not name benchmarks on their own (`named`: then missing data is an error)."""
+    try:
+        return load()
+    except FileNotFoundError as e:
+        if named:
+            raise
+        log.info("%s skipped: %s", name, e)
+        return None
+
+
+def _has_verifier(args: argparse.Namespace) -> bool:
+    """Whether this evaluation has a verifier: --verifier, or a run whose config has one."""
+    if args.verifier:
+        return True
+    if args.generator and not args.run_dir:
+        return False
+    config = Path(args.run_dir) / "config.json" if args.run_dir else None
+    if config is None or not config.is_file():
+        return True  # a run directory without config.json: its checkpoints decide later
+    return bool(json.loads(config.read_text()).get("verifier", {}).get("enable", True))
+
+
 def _existing(path: Path, what: str) -> Path:
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{what}: {path} is not an HF checkpoint directory.")
@@ -230,10 +260,34 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     splits = B.process_bench_splits(args.process_bench)
     if not names and not splits:
         raise ValueError("nothing to evaluate: --benchmarks and --process_bench select none.")
+    if splits and not _has_verifier(args):  # a GRPO run, or --generator alone
+        if _named(args.process_bench, {"all"}):  # splits named on their own
+            raise ValueError(
+                f"--process_bench {args.process_bench}: there is no verifier to evaluate (the "
+                "run has none); pass --verifier HF_DIR, or --process_bench none."
+            )
+        log.info("ProcessBench skipped: no verifier to evaluate (the run has none)")
+        splits = []
     on_bad = B.BadRows(args.on_bad_row)
-    # Data first: a missing file fails before any model loads.
-    problems = {n: B.load_benchmark_dir(n, args.data_dir, on_bad_row=on_bad).items for n in names}
-    rows = {s: B.load_process_bench(args.data_dir, s, on_bad_row=on_bad).items for s in splits}
+    # Data first: a missing file fails before any model loads. Data missing for a benchmark
+    # selected through a group (all, math, ood) skips it; one named on its own is required.
+    problems, rows = {}, {}
+    named = _named(args.benchmarks, {"all", "math", "ood"})
+    for n in names:
+        load = functools.partial(B.load_benchmark_dir, n, args.data_dir, on_bad_row=on_bad)
+        if (loaded := _load_or_skip(n, n in named, load)) is not None:
+            problems[n] = loaded.items
+    named = _named(args.process_bench, {"all"})
+    for split in splits:
+        load = functools.partial(B.load_process_bench, args.data_dir, split, on_bad_row=on_bad)
+        if (loaded := _load_or_skip(f"ProcessBench/{split}", split in named, load)) is not None:
+            rows[split] = loaded.items
+    if not problems and not rows:
+        raise ValueError(
+            f"nothing to evaluate: no data for the selected benchmarks under --data_dir "
+            f"{args.data_dir} (docs/evaluation.md says how to get them)."
+        )
+    names, splits = list(problems), list(rows)
     if args.limit:
         problems = {n: p[: args.limit] for n, p in problems.items()}
         rows = {s: r[: args.limit] for s, r in rows.items()}
@@ -341,7 +395,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m tango_jax.evaluate", description=__doc__.split("\n\n")[0]
+        prog="python -m tango_jax.evaluate",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,  # --help shows each default
     )
     p.add_argument("--run_dir", help="a training run directory (config.json, checkpoints/)")
     p.add_argument(

@@ -30,10 +30,10 @@ CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 STEP = 3
 
 
-def _tiny_config(run_dir: Path):
+def _tiny_config(run_dir: Path, variant: str = "tango,scratch"):
     """tiny_arith with 12-token greedy budgets and one prompt width per role (one compiled
     program each)."""
-    c = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config("tango,scratch")
+    c = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config(variant)
     c.run_dir = str(run_dir)
     c.scorer_workers = 1
     c.mesh = dict(data=1, fsdp=-1, tensor=1)
@@ -174,8 +174,11 @@ def test_hf_directories_and_the_run_start(run_dir, data_dir, tmp_path):
 
 
 def test_errors_name_what_is_missing(run_dir, data_dir, tmp_path):
+    with pytest.raises(SystemExit, match=f"nothing to evaluate: no data .* --data_dir {tmp_path} "):
+        evaluate.main(["--run_dir", str(run_dir), "--data_dir", str(tmp_path)])  # all skipped
     with pytest.raises(SystemExit, match=f"{tmp_path / 'MATH500'}: no such directory"):
-        evaluate.main(["--run_dir", str(run_dir), "--data_dir", str(tmp_path)])
+        evaluate.main(["--run_dir", str(run_dir), "--data_dir", str(tmp_path), "--benchmarks",
+                       "MATH500"])  # fmt: skip
     with pytest.raises(SystemExit, match=r"--step 9: .* holds steps \[3\]"):
         evaluate.main(
             [
@@ -308,3 +311,36 @@ def test_the_vllm_backend_gives_the_jax_backends_greedy_answers(evaluated, run_d
             total += 1
             same += a["response"] == b["response"]
     assert same >= 0.75 * total, f"{same}/{total} greedy responses equal"
+
+
+def test_the_readme_command_skips_missing_benchmarks_and_processbench_without_a_verifier(
+    run_dir, tmp_path, caplog
+):
+    """`evaluate --run_dir RUN` as the README writes it, on a GRPO run (no verifier) with only
+    MATH500 downloaded: the other benchmarks are skipped with one line each naming the folder,
+    ProcessBench with one line (no verifier), and MATH500 is evaluated. A benchmark or a
+    ProcessBench split named on its own is still required."""
+    import logging
+    import shutil
+
+    data = tmp_path / "bench"
+    shutil.copytree(write_all(tmp_path / "all") / "MATH500", data / "MATH500")
+    grpo = tmp_path / "grpo_run"
+    shutil.copytree(run_dir, grpo, ignore=shutil.ignore_patterns("eval"))
+    (grpo / "config.json").write_text(json.dumps(to_dict(_tiny_config(grpo, "grpo,scratch"))))
+    with caplog.at_level(logging.INFO, "tango_jax"):
+        results = evaluate.main(["--run_dir", str(grpo), "--data_dir", str(data), "--limit", "1"])
+    assert set(results["generator"]) >= {"MATH500"} and "verifier" not in results
+    assert "AIME2024" not in results["generator"]
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(
+        m.startswith(f"AIME2024 skipped: {data / 'AIME2024'}: no such directory") for m in lines
+    )
+    assert "ProcessBench skipped: no verifier to evaluate (the run has none)" in lines
+    with pytest.raises(SystemExit, match=r"AIME2024: no such directory"):
+        evaluate.main(["--run_dir", str(grpo), "--data_dir", str(data), "--benchmarks", "AIME2024"])
+    with pytest.raises(SystemExit, match="--process_bench gsm8k: there is no verifier"):
+        evaluate.main(
+            ["--run_dir", str(grpo), "--data_dir", str(data), "--benchmarks", "none",
+             "--process_bench", "gsm8k"]
+        )  # fmt: skip
