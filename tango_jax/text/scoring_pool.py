@@ -269,10 +269,7 @@ class OutcomeScorer:
     @property
     def stats(self) -> ScorerStats:
         t = self._totals
-        return ScorerStats(
-            t["items"], t["timeouts"], t["errors"], t["restarts"], t["out_of_range"],
-            t["not_a_number"],
-        )  # fmt: skip
+        return ScorerStats(**{f.name: t[f.name] for f in dataclasses.fields(ScorerStats)})
 
     def close(self) -> None:
         with self._lock:
@@ -342,10 +339,9 @@ class OutcomeScorer:
         counted."""
         if not error:
             return
-        metric = {"out_of_range": "out_of_range", "not_a_number": "not_a_number"}.get(
-            status, "errors"
-        )
-        kind = status if metric != "errors" else error.partition(":")[0]
+        returned = status in (ItemStatus.OUT_OF_RANGE.value, ItemStatus.NOT_A_NUMBER.value)
+        metric = status if returned else "errors"
+        kind = status if returned else error.partition(":")[0]
         if kind not in self._logged_errors:
             self._logged_errors.add(kind)
             log.warning(
