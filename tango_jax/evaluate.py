@@ -3,6 +3,8 @@
     python -m tango_jax.evaluate --run_dir runs/tiny_arith [--step latest|start|final|N]
         [--benchmarks all] [--process_bench all] [--data_dir data/benchmarks]
     python -m tango_jax.evaluate --generator HF_DIR --verifier HF_DIR --out_dir DIR ...
+    python -m tango_jax.evaluate --run_dir RUN --step final --data my_test.jsonl \
+        [--reward my_rewards:exact_match] [--question_field problem --answer_field gold]
 
 Generator: greedy zero-shot pass@1 on each selected benchmark (MATH500, AIME2024, AIME2025,
 AMC2023, OlympiadBench; BGQA, CRUXEval, StrategyQA, TableBench). Verifier: ProcessBench F1 per
@@ -19,6 +21,13 @@ or from `--config` (a training config file), or the defaults; `--backend`, `--ma
 `--prompt_style`, and the user's `data.template_files`): the math benchmarks in the
 generator's eval variant, the OOD ones in its ood variant, ProcessBench in the verifier's eval
 variant.
+
+Own data (`--data`, eval/own_data.py): the generator on a held-out file of one's own, read
+with the run's field names and scored by the run's reward unless --question_field,
+--answer_field or --reward say otherwise: greedy pass@1 and sampled pass@1 (`--sampled_n` samples
+per problem at the training temperature), the same evaluation as the run's held-out one, in
+results.json ("data") and data.md. The published benchmarks are then evaluated only where
+--benchmarks / --process_bench name them.
 
 Writes to out_dir (default run_dir/eval/<step>): generator/<benchmark>.jsonl and
 verifier/<split>.jsonl (one record per problem, appended as it goes: a killed evaluation run
@@ -41,6 +50,8 @@ from typing import Any
 from tango_jax.config.roles import RoleConfig, SamplerBackend
 from tango_jax.config.run import RunConfig, load_run_config
 from tango_jax.data import benchmarks as B
+from tango_jax.data.datasets import Fields
+from tango_jax.data.prompts import DataConfig
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
 from tango_jax.tango.kind import Kind
 from tango_jax.text.template_files import TemplateFiles, load_templates
@@ -49,6 +60,7 @@ from tango_jax.text.templates import PromptStyle, PromptTemplates, Variant
 log = logging.getLogger("tango_jax")
 
 STEP_KEYWORDS = ("latest", "start", "final")
+SAMPLED_N = 4  # --data's samples per problem when the run's config does not sample its evals
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +75,9 @@ class Settings:
     mesh: MeshConfig
     scorer_workers: int
     scorer_timeout_s: float
+    data: DataConfig  # the run's data fields and reward (--data's defaults)
+    sampled_n: int  # samples per problem for --data's sampled pass@1 (0: greedy only)
+    seed: int  # their sampling seed
 
 
 def _defaults() -> dict[str, Any]:
@@ -82,16 +97,23 @@ def load_settings(args: argparse.Namespace) -> Settings:
         gen, ver = cfg.generator, cfg.verifier
         style, files, mesh = cfg.data.prompt_style, cfg.data.template_files, cfg.mesh
         workers, timeout_s = cfg.scorer_workers, cfg.scorer_timeout_s
+        data, seed = cfg.data, cfg.seed
+        sampled_n = cfg.eval.sampled_n if cfg.eval.sampled else SAMPLED_N
     else:
         d = _defaults()
         gen, ver, style, mesh = d["generator"], d["verifier"], PromptStyle.FULL, MeshConfig()
         files = TemplateFiles()
         workers, timeout_s = d["scorer_workers"], d["scorer_timeout_s"]
+        data, seed, sampled_n = d["data"], d["seed"], SAMPLED_N
     gen, ver = (_override(r, args) for r in (gen, ver))
     style = PromptStyle(args.prompt_style) if args.prompt_style else style
     workers = args.scorer_workers or min(workers, os.cpu_count() or 1)
     templates = load_templates(style, files)
-    return Settings(gen, ver, style, files, templates, mesh, workers, timeout_s)
+    sampled_n = sampled_n if args.sampled_n is None else args.sampled_n
+    seed = seed if args.seed is None else args.seed
+    return Settings(
+        gen, ver, style, files, templates, mesh, workers, timeout_s, data, sampled_n, seed
+    )
 
 
 def _config_module(path: str):
@@ -251,14 +273,56 @@ def _build(kind: Kind, role_cfg: RoleConfig, path: Path, mesh):
     return build_role(kind, role_cfg, path, mesh, with_trainer=False)
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def _benchmarks(
+    generator, problems: dict[str, list], settings: Settings, args, out_dir: Path
+) -> tuple[dict[str, list], dict[str, int]]:
+    """Greedy pass@1 records of each benchmark in `problems`, appended to out_dir/generator/
+    as they come (a killed evaluation continues), and how many problems each left out for a
+    prompt longer than generator.max_prompt_len (as the official loader does)."""
     from tango_jax.eval import benchmarks as E
-    from tango_jax.eval import report as R
     from tango_jax.text.scoring_pool import OutcomeScorer
 
+    records, dropped = {}, {}
+    with OutcomeScorer(
+        num_workers=settings.scorer_workers, timeout_s=settings.scorer_timeout_s
+    ) as scorer:
+        for name, items in problems.items():
+            kept, left_out = E.fits_prompt(generator, items, settings.templates, _variant(name))
+            dropped[name] = len(left_out)
+            if left_out:
+                log.warning(
+                    "%s: %d problems whose prompt exceeds generator.max_prompt_len (%d) "
+                    "left out, as the official loader does",
+                    name,
+                    len(left_out),
+                    generator.config.max_prompt_len,
+                )
+            records[name] = E.run_generator_benchmark(
+                generator,
+                name,
+                kept,
+                E.ResultLog(out_dir / "generator" / f"{name}.jsonl"),
+                scorer=scorer,
+                kind=B.BENCHMARKS[name].kind,
+                style=settings.templates,
+                timeout_s=settings.scorer_timeout_s,
+                batch_size=args.batch_size,
+                variant=_variant(name),
+            )
+    return records, dropped
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from tango_jax.eval import benchmarks as E
+    from tango_jax.eval import own_data
+    from tango_jax.eval import report as R
+
+    # With --data, the published benchmarks only where selected by name.
+    args.benchmarks = args.benchmarks or ("none" if args.data else "all")
+    args.process_bench = args.process_bench or ("none" if args.data else "all")
     names = B.benchmark_names(args.benchmarks)
     splits = B.process_bench_splits(args.process_bench)
-    if not names and not splits:
+    if not names and not splits and not args.data:
         raise ValueError("nothing to evaluate: --benchmarks and --process_bench select none.")
     if splits and not _has_verifier(args):  # a GRPO run, or --generator alone
         if _named(args.process_bench, {"all"}):  # splits named on their own
@@ -282,7 +346,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         load = functools.partial(B.load_process_bench, args.data_dir, split, on_bad_row=on_bad)
         if (loaded := _load_or_skip(f"ProcessBench/{split}", split in named, load)) is not None:
             rows[split] = loaded.items
-    if not problems and not rows:
+    if not problems and not rows and not args.data:
         raise ValueError(
             f"nothing to evaluate: no data for the selected benchmarks under --data_dir "
             f"{args.data_dir} (docs/evaluation.md says how to get them)."
@@ -292,6 +356,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         problems = {n: p[: args.limit] for n, p in problems.items()}
         rows = {s: r[: args.limit] for s, r in rows.items()}
     settings = load_settings(args)
+    own, own_problems = None, []
+    if args.data:  # read, and its reward imported, before any model loads
+        d = settings.data
+        fields = Fields(
+            args.question_field or d.question_field, args.answer_field or d.answer_field
+        )
+        reward = d.reward if args.reward is None else args.reward
+        kind = dataclasses.replace(d, reward="").reward_kind  # the check without a function
+        own = own_data.OwnData(Path(args.data), fields, reward, kind)
+        own_problems = own_data.load(own, limit=args.limit)
     run_dir = Path(args.run_dir) if args.run_dir else None
     if args.out_dir:
         out_dir = Path(args.out_dir)
@@ -302,7 +376,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     paths: dict[Kind, tuple[Path, str]] = {}
     for kind, given, needed in (
-        (Kind.GENERATOR, args.generator, bool(names)),
+        (Kind.GENERATOR, args.generator, bool(names) or own is not None),
         (Kind.VERIFIER, args.verifier, bool(splits)),
     ):
         if not needed:
@@ -332,45 +406,31 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     results["out_dir"] = str(out_dir)
     gen_label = paths.get(Kind.GENERATOR, (None, ""))[1]
     ver_label = paths.get(Kind.VERIFIER, (None, ""))[1]
-    if names:
+    if own is not None or names:
         generator = _build(Kind.GENERATOR, settings.generator, paths[Kind.GENERATOR][0], mesh)
-        scorer = OutcomeScorer(
-            num_workers=settings.scorer_workers, timeout_s=settings.scorer_timeout_s
-        )
-        records, dropped = {}, {}
         try:
-            for name in names:
-                kept, dropped[name] = E.fits_prompt(
-                    generator, problems[name], settings.templates, _variant(name)
-                )
-                if dropped[name]:
-                    log.warning(
-                        "%s: %d problems whose prompt exceeds generator.max_prompt_len (%d) "
-                        "left out, as the official loader does",
-                        name,
-                        len(dropped[name]),
-                        generator.config.max_prompt_len,
-                    )
-                records[name] = E.run_generator_benchmark(
+            if own is not None:
+                summary = own_data.run(
                     generator,
-                    name,
-                    kept,
-                    E.ResultLog(out_dir / "generator" / f"{name}.jsonl"),
-                    scorer=scorer,
-                    kind=B.BENCHMARKS[name].kind,
-                    style=settings.templates,
+                    own_problems,
+                    own,
+                    templates=settings.templates,
+                    sampled_n=settings.sampled_n,
+                    seed=settings.seed,
+                    scorer_workers=settings.scorer_workers,
                     timeout_s=settings.scorer_timeout_s,
-                    batch_size=args.batch_size,
-                    variant=_variant(name),
                 )
+                results["data"] = {"model": gen_label, **summary}
+                (out_dir / "data.md").write_text(own_data.table(gen_label, summary))
+            if names:
+                records, dropped = _benchmarks(generator, problems, settings, args, out_dir)
+                summary = R.generator_summary(records, previous.get("generator"))
+                for name in names:
+                    summary[name]["dropped_overlong"] = dropped[name]
+                results["generator"] = {"model": gen_label, **summary}
+                (out_dir / "table1.md").write_text(R.table1(gen_label, summary))
         finally:
-            scorer.close()
             generator.sampler.close()
-        summary = R.generator_summary(records, previous.get("generator"))
-        for name in names:
-            summary[name]["dropped_overlong"] = len(dropped[name])
-        results["generator"] = {"model": gen_label, **summary}
-        (out_dir / "table1.md").write_text(R.table1(gen_label, summary))
     if splits:
         verifier = _build(Kind.VERIFIER, settings.verifier, paths[Kind.VERIFIER][0], mesh)
         records = {}
@@ -393,18 +453,28 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
+class _DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
+    """Each flag's default in --help, where it has one (a None default's help says it)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default is None:
+            return action.help or ""
+        return super()._get_help_string(action)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m tango_jax.evaluate",
         description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,  # --help shows each default
+        formatter_class=_DefaultsHelp,  # --help shows each default
+        allow_abbrev=False,  # --data is not --data_dir
     )
     p.add_argument("--run_dir", help="a training run directory (config.json, checkpoints/)")
     p.add_argument(
         "--step",
         default="latest",
-        help="with --run_dir: a saved step number, latest (default), start (the RL starting "
-        "point, after SFT) or final (the run's hf/ export)",
+        help="with --run_dir: a saved step number, latest, start (the RL starting point, after "
+        "SFT) or final (the run's hf/ export)",
     )
     p.add_argument("--generator", help="an HF checkpoint directory for the generator")
     p.add_argument("--verifier", help="an HF checkpoint directory for the verifier")
@@ -413,14 +483,39 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--data_dir", default="data/benchmarks", help="holds <benchmark>/ folders")
     p.add_argument(
         "--benchmarks",
-        default="all",
-        help="comma-separated: all, math, ood, none, or names: " + ", ".join(B.BENCHMARKS),
+        help="comma-separated: all, math, ood, none, or names: "
+        + ", ".join(B.BENCHMARKS)
+        + " (default: all; none with --data)",
     )
     p.add_argument(
         "--process_bench",
-        default="all",
-        help="ProcessBench splits: all, none, or " + ", ".join(B.PROCESS_BENCH_SPLITS),
+        help="ProcessBench splits: all, none, or "
+        + ", ".join(B.PROCESS_BENCH_SPLITS)
+        + " (default: all; none with --data)",
     )
+    own = p.add_argument_group(
+        "own data",
+        "the generator on a held-out file of your own, scored by your own reward: greedy and "
+        "sampled pass@1 (a reward above 0.5 counts as right) in results.json and data.md",
+    )
+    own.add_argument("--data", help="a JSONL / JSON / parquet file (or glob) of problems")
+    own.add_argument(
+        "--question_field", help="its question's field, dotted for nested (default: the run's)"
+    )
+    own.add_argument("--answer_field", help="its gold answer's field (default: the run's)")
+    own.add_argument(
+        "--reward",
+        help="module:function scoring (completion, answer, question) -> [0, 1], importable "
+        "from the current directory or PYTHONPATH (default: the run's data.reward, else "
+        "Math-Verify); '' for the built-in check",
+    )
+    own.add_argument(
+        "--sampled_n",
+        type=int,
+        help=f"samples per problem at the training temperature; 0: greedy only (default: the "
+        f"run's eval.sampled_n when its evaluations sample, else {SAMPLED_N})",
+    )
+    own.add_argument("--seed", type=int, help="the samples' seed (default: the run's seed)")
     p.add_argument("--out_dir", help="default: RUN_DIR/eval/<step>")
     p.add_argument("--limit", type=int, default=0, help="first N problems per benchmark (0: all)")
     p.add_argument("--batch_size", type=int, default=64, help="problems per generate call")
@@ -433,7 +528,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--on_bad_row",
         default=B.BadRows.ERROR.value,
         choices=[b.value for b in B.BadRows],
-        help="a malformed data row: error (default) or skip (reported)",
+        help="a malformed data row: error or skip (reported)",
     )
     args = p.parse_args(argv)
     if args.step not in STEP_KEYWORDS and not args.step.isdigit():

@@ -149,19 +149,29 @@ def read_problems(cfg: DataConfig, split: str) -> list[Problem]:
                 "your own use --config.data.source=jsonl with --config.data.question_field=... "
                 "and --config.data.answer_field=..."
             ) from None
+    fields = datasets.Fields(cfg.question_field, cfg.answer_field)
     try:
-        return datasets.load_problems(path, datasets.Fields(cfg.question_field, cfg.answer_field))
+        return datasets.load_problems(path, fields)
     except datasets.MissingFieldError as e:
-        flag = "question_field" if e.field == cfg.question_field else "answer_field"
-        usual = [n for n in _USUAL_NAMES[flag] if n in e.available]
-        close = usual or difflib.get_close_matches(e.field, e.available, n=1)
-        example = close[0] if close else "NAME"
-        where = "a record" if e.row is None else f"record {e.row}"
-        raise ConfigError(
-            f"config.data.{flag} ({e.field!r}): {where} of {e.file} has no such field (its "
-            f"fields: {e.available}); pass the file's own name, e.g. "
-            f"--config.data.{flag}={example} (a dotted path for nested fields: 'a.b', 'a.0.b')."
-        ) from None
+        raise missing_field(e, fields, "config.data.{}", "--config.data.{}={}") from None
+
+
+def missing_field(
+    e: datasets.MissingFieldError, fields: datasets.Fields, name: str, fix: str
+) -> ConfigError:
+    """The one-line error for a record without a configured field: `name` and `fix` are format
+    strings for the setting ("question_field" / "answer_field") and for setting it to a value
+    (the config's flags for training, `evaluate`'s own flags for its --data file)."""
+    flag = "question_field" if e.field == fields.question else "answer_field"
+    usual = [n for n in _USUAL_NAMES[flag] if n in e.available]
+    close = usual or difflib.get_close_matches(e.field, e.available, n=1)
+    example = close[0] if close else "NAME"
+    where = "a record" if e.row is None else f"record {e.row}"
+    return ConfigError(
+        f"{name.format(flag)} ({e.field!r}): {where} of {e.file} has no such field (its "
+        f"fields: {e.available}); pass the file's own name, e.g. {fix.format(flag, example)} "
+        "(a dotted path for nested fields: 'a.b', 'a.0.b')."
+    )
 
 
 def drop_overlong(

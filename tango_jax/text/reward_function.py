@@ -29,6 +29,7 @@ fails before anything is written, in one line naming the field and the fix.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -45,46 +46,48 @@ FIELD = "data.reward"
 _EXAMPLE = "e.g. 'my_rewards:exact_match' for exact_match() in my_rewards.py"
 
 
-def _fail(spec: str, rule: str) -> ConfigError:
-    return ConfigError(f"config.{FIELD} ({spec!r}) {rule}")
+def _fail(spec: str, rule: str, flag: str = f"config.{FIELD}") -> ConfigError:
+    return ConfigError(f"{flag} ({spec!r}) {rule}")
 
 
-def parse(spec: str) -> tuple[str, str]:
+def parse(spec: str, *, flag: str = f"config.{FIELD}") -> tuple[str, str]:
     """ "package.module:function" -> ("package.module", "function")."""
     module, sep, name = spec.partition(":")
     parts = module.split(".") + name.split(".")
     if not sep or not all(p.isidentifier() for p in parts):
-        raise _fail(spec, f"must be 'module:function', {_EXAMPLE}.")
+        raise _fail(spec, f"must be 'module:function', {_EXAMPLE}.", flag)
     return module, name
 
 
-def load(spec: str) -> RewardFunction:
-    """The function `spec` names, imported; ConfigError (one line) if it cannot be used."""
-    module_name, name = parse(spec)
+def load(spec: str, *, flag: str = f"config.{FIELD}") -> RewardFunction:
+    """The function `spec` names, imported; ConfigError (one line, naming `flag`: the config
+    field, or a command's flag such as evaluate's --reward) if it cannot be used."""
+    fail = functools.partial(_fail, flag=flag)
+    module_name, name = parse(spec, flag=flag)
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
         if e.name is not None and (module_name + ".").startswith(e.name + "."):
             where = module_name.replace(".", os.sep) + ".py"
-            raise _fail(
+            raise fail(
                 spec,
                 f"names module {module_name!r}, which is not found: put {where} in the directory "
                 "the run starts from, or its folder on PYTHONPATH.",
             ) from None
-        raise _fail(spec, f"imports {module_name!r}, which raised {_error(e)}; fix it.") from None
+        raise fail(spec, f"imports {module_name!r}, which raised {_error(e)}; fix it.") from None
     except Exception as e:
-        raise _fail(spec, f"imports {module_name!r}, which raised {_error(e)}; fix it.") from None
+        raise fail(spec, f"imports {module_name!r}, which raised {_error(e)}; fix it.") from None
     fn = module
     for attr in name.split("."):
         if not hasattr(fn, attr):
-            raise _fail(
+            raise fail(
                 spec,
                 f"names {name!r}, which module {module_name!r} ({module.__file__}) does not "
                 f"define; {_EXAMPLE}.",
             )
         fn = getattr(fn, attr)
     if not callable(fn):
-        raise _fail(
+        raise fail(
             spec,
             f"names a {type(fn).__name__}, not a function; name a function "
             "(completion, answer, question) -> float in [0, 1].",
@@ -92,7 +95,7 @@ def load(spec: str) -> RewardFunction:
     try:
         inspect.signature(fn).bind("completion", "answer", "question")
     except TypeError as e:
-        raise _fail(
+        raise fail(
             spec,
             f"cannot be called as {name}(completion, answer, question) ({e}); give it those "
             "three parameters.",

@@ -1,13 +1,15 @@
-"""Training on a JSONL file of one's own, end to end on a short run (docs/data.md), and what the
-console says on the way: loading lines, `step i/total ... | eta` lines, held-out values under
-their `eval/...` names."""
+"""Training on a JSONL file of one's own, end to end on a short run (docs/data.md), what the
+console says on the way (loading lines, `step i/total ... | eta` lines, held-out values under
+their `eval/...` names), and `python -m tango_jax.evaluate --data` on the same file afterwards."""
 
 from __future__ import annotations
 
 import json
 import logging
 import re
+from pathlib import Path
 
+import custom_rewards
 import pytest
 from short_runs import short_config
 
@@ -19,7 +21,9 @@ from tango_jax.run.loop import TangoLoop
 pytestmark = pytest.mark.slow
 
 
-def test_a_short_run_on_own_jsonl_data_and_its_console_lines(tmp_path, caplog):
+def test_a_short_run_on_own_jsonl_data_its_console_lines_and_evaluate_on_the_file(
+    tmp_path, caplog, monkeypatch
+):
     arith = synthetic.ArithConfig()
     held_out = synthetic.held_out_problems(arith, 24, seed=7)
     # The user's own layout: other field names, a nested answer, numbers as numbers.
@@ -77,3 +81,29 @@ def test_a_short_run_on_own_jsonl_data_and_its_console_lines(tmp_path, caplog):
     assert len(steps) == len(expected)
     for line, pattern in zip(steps, expected):
         assert re.fullmatch(pattern, line), (line, pattern)
+
+    # evaluate --data: the run's final generator on its own held-out file (its field names and
+    # reward from config.json) gives what the run logged at the end, greedy and sampled.
+    from tango_jax import evaluate
+
+    run_dir, last = tmp_path / "run", rows[-1]
+    base = ["--run_dir", str(run_dir), "--step", "final", "--data", str(test), "--limit", "4"]
+    data = evaluate.main([*base, "--out_dir", str(tmp_path / "ev")])["data"]
+    assert data["problems"] == 4 and data["reward"] == "Math-Verify" and data["samples"] == 4
+    assert data["greedy_pass@1"] == last["eval/generator/accuracy"]
+    assert data["sampled_pass@1"] == last["eval/generator/sampled_accuracy"]
+    assert "| greedy pass@1 |" in (tmp_path / "ev" / "data.md").read_text()
+    # One's own reward, importable from the current directory: every completion scores 1.
+    monkeypatch.chdir(Path(custom_rewards.__file__).parent)
+    own = ["--reward", "custom_rewards:every_failure", "--sampled_n", "0"]
+    data = evaluate.main([*base, *own, "--out_dir", str(tmp_path / "ev2")])["data"]
+    assert data["greedy_pass@1"] == 1.0 and "sampled_pass@1" not in data
+    # A field the file lacks, a reward that does not import: one line naming the flag, no model.
+    for flags, message in (
+        (["--answer_field", "gold"], "--answer_field ('gold'): record 0 of"),
+        (["--reward", "no_such_module:f"], "--reward ('no_such_module:f') names module"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            evaluate.main([*base, *flags, "--out_dir", str(tmp_path / "bad")])
+        assert str(e.value).startswith(f"tango_jax.evaluate: error: {message}"), e.value
+        assert "\n" not in str(e.value) and not (tmp_path / "bad").exists()
