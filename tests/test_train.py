@@ -194,6 +194,22 @@ def test_too_few_records_for_a_batch_are_refused_by_the_dry_run(tmp_path):
     assert not fresh.exists()
 
 
+def test_a_malformed_sft_record_is_refused_by_the_dry_run(tmp_path):
+    """An SFT file of one's own whose third record has no response: the pre-run checks read
+    every record, so --dry_run refuses it in one line naming the field and the line."""
+    sft = [{"question": "Start with 3. Add 4.", "response": "<step>3 + 4 = 7</step>"}] * 2
+    data = _jsonl(tmp_path / "sft.jsonl", [*sft, {"question": "Start with 1."}])
+    flags = ["--config.sft.generator.enable=True", f"--config.sft.generator.data_path={data}"]
+    fresh = tmp_path / "fresh"
+    dry = _train("--config", TINY, f"--config.run_dir={fresh}", *flags, "--dry_run")
+    assert dry.returncode == 1
+    assert dry.stderr.strip().splitlines()[-1] == (
+        f"config error: config.sft.generator.data_path ({str(data)!r}) cannot be used: "
+        f"{data}: line 3 has no 'response' text."
+    ), dry.stderr[-3000:]
+    assert not fresh.exists()
+
+
 def _four_prompts() -> list[str]:
     """The tiny config at 4 prompts a step (and micro-batches that divide its rollouts)."""
     return ["--config.data.prompts_per_step=4"]

@@ -32,6 +32,7 @@ from typing import Any
 
 from tango_jax.config.run import RunConfig, SamplerBackend, enabled_roles
 from tango_jax.data.prompts import read_problems
+from tango_jax.data.sft_records import read_sft_records
 from tango_jax.metrics.wandb import check_installed
 from tango_jax.models.config import ModelConfig
 from tango_jax.schema import ConfigError, config_dict, to_dict
@@ -174,7 +175,16 @@ def check_paths(cfg: RunConfig) -> None:
         stage = cfg.sft.stage(kind)
         if stage.enable:
             if stage.data_path:
-                _check_data_file(f"sft.{kind.value}.data_path", stage.data_path)
+                field = f"sft.{kind.value}.data_path"
+                _check_data_file(field, stage.data_path)
+                try:  # every record: JSON, a response, a prompt or what makes one
+                    read_sft_records(
+                        stage.data_path,
+                        verifier=kind is Kind.VERIFIER,
+                        style=cfg.data.templates,
+                    )
+                except (FileNotFoundError, ValueError) as e:  # a glob: one file is read
+                    _fail(field, stage.data_path, f"cannot be used: {e}")
             elif not cfg.data.source.generated:
                 _fail(
                     f"sft.{kind.value}.data_path",

@@ -16,7 +16,6 @@ there, to the same weights as an uninterrupted stage.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -32,6 +31,7 @@ from tango_jax.config.run import RunConfig
 from tango_jax.config.stages import SFTStage
 from tango_jax.data import last_letter_labels, synthetic_labels
 from tango_jax.data.prompts import DataSource
+from tango_jax.data.sft_records import read_sft_records
 from tango_jax.metrics.wandb import wandb_sink
 from tango_jax.metrics.writer import MetricsWriter, NoMetrics, Progress, StepClock
 from tango_jax.models import from_pretrained, save_pretrained
@@ -197,28 +197,13 @@ def sft_examples(cfg: RunConfig, role: Kind) -> list[SFTPair]:
 
 
 def sft_records(path: str, role: Kind, style: templates.Templates) -> list[SFTPair]:
-    """(prompt, response) pairs from a JSONL file (see `SFTStage.data_path`)."""
-    file, name = Path(path), role.value
-    if not file.is_file():
-        raise FileNotFoundError(f"sft.{name}.data_path: {file} does not exist.")
-    out = []
-    for i, line in enumerate(file.read_text().splitlines()):
-        if not line.strip():
-            continue
-        rec = json.loads(line)
-        if "response" not in rec:
-            raise ValueError(f"{file}: record {i} has no 'response' field.")
-        if "prompt" in rec:
-            prompt = rec["prompt"]
-        elif role is Kind.GENERATOR and "question" in rec:
-            prompt = templates.render_generator_prompt(rec["question"], style=style)
-        elif role is Kind.VERIFIER and {"question", "solution"} <= rec.keys():
-            prompt = templates.render_verifier_prompt(rec["question"], rec["solution"], style=style)
-        else:
-            need = "'question'" if role is Kind.GENERATOR else "'question' and 'solution'"
-            raise ValueError(f"{file}: record {i} needs 'prompt' or {need} for the {name}.")
-        out.append(SFTPair(prompt, rec["response"]))
-    return out
+    """(prompt, response) pairs from a JSONL file (see `SFTStage.data_path`; the pre-run checks
+    read it first, so its errors reach a run only if the file changed since)."""
+    try:
+        pairs = read_sft_records(path, verifier=role is Kind.VERIFIER, style=style)
+    except (FileNotFoundError, ValueError) as e:
+        raise type(e)(f"sft.{role.value}.data_path: {e}") from None
+    return [SFTPair(prompt, response) for prompt, response in pairs]
 
 
 def encode_examples(
