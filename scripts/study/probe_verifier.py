@@ -89,7 +89,8 @@ def main() -> None:
         s for seed in (0, 1) for s in synthetic_labels.process_bench(config, args.items, seed=seed)
     ]
     try:
-        pr = probe(args.checkpoint, solutions, config, style=args.style, features=True)
+        task = synthetic_labels.ArithmeticTask(config)
+        pr = probe(args.checkpoint, solutions, task, style=args.style, features=True)
     except ValueError as e:  # a tokenizer that splits the judgment words
         raise SystemExit(str(e)) from None
     p_inc: dict[str, list[float]] = {"slip": [], "before": [], "after": [], "correct": []}

@@ -33,6 +33,7 @@ from typing import Any
 from tango_jax.config.run import RunConfig, SamplerBackend, enabled_roles
 from tango_jax.data.prompts import read_problems
 from tango_jax.data.sft_records import read_sft_records
+from tango_jax.data.tasks import task_of
 from tango_jax.metrics.wandb import check_installed
 from tango_jax.models.config import ModelConfig
 from tango_jax.schema import ConfigError, config_dict, to_dict
@@ -214,6 +215,7 @@ def check_paths(cfg: RunConfig) -> None:
                 f"({cfg.data.train_path}); lower it (--config.data.prompts_per_step="
                 f"{records['train']}) or add records.",
             )
+    task_of(cfg.data)  # a task of one's own (data.task) imports and is made
     load_templates(cfg.data.prompt_style, cfg.data.template_files)  # files exist and check out
     if cfg.data.reward:  # imports, and is a function of (completion, answer, question)
         reward_function.load(cfg.data.reward)

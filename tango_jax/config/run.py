@@ -28,7 +28,7 @@ from ml_collections import config_dict as mlc
 from tango_jax.checkpoint.divergence import DivergenceConfig
 from tango_jax.config.roles import RoleConfig, RolloutSettings, SamplerBackend
 from tango_jax.config.stages import CheckpointConfig, EvalConfig, SFTConfig
-from tango_jax.data.prompts import DataConfig
+from tango_jax.data.prompts import DataConfig, DataSource
 from tango_jax.metrics.rollouts import RolloutLogConfig
 from tango_jax.metrics.wandb import WandbConfig
 from tango_jax.parallel.distributed import DistributedConfig
@@ -359,6 +359,13 @@ def _check_data(c: RunConfig) -> None:
     d = c.data
     if d.prompts_per_step < 1:
         _fail("data.prompts_per_step", d.prompts_per_step, "must be >= 1.")
+    if (d.source is DataSource.CUSTOM) != bool(d.task):
+        _fail(
+            "data.task",
+            d.task,
+            "names a task of your own ('module:factory', data/tasks.py) exactly when "
+            "data.source='custom'; set both, or neither.",
+        )
     if d.source.generated:  # file settings would be silently ignored
         defaults = DataConfig()
         for field in ("train_path", "eval_path", "question_field", "answer_field"):

@@ -19,21 +19,23 @@ right, half with one wrong letter, in the RL range of word counts.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
+
+from tango_jax.data import last_letter
+from tango_jax.data.datasets import Problem, StreamPosition
 from tango_jax.data.last_letter import (
     LetterConfig,
+    LetterProblem,
     LetterSolution,
     problem_at,
     reference_solution,
     slipped_solution,
 )
-from tango_jax.data.synthetic import Draws
-from tango_jax.data.synthetic_labels import (
-    SFTExample,
-    alternating_bench,
-    as_process_items,
-    step_judgment_spans,
-)
+from tango_jax.data.synthetic import MAX_ATTEMPTS, Draws
+from tango_jax.data.task import GeneratedTask, SFTExample, alternating_bench, as_process_items
 from tango_jax.text import formats, templates
+from tango_jax.text.answer_check import RewardKind
 from tango_jax.text.process_bench import ProcessItem
 
 
@@ -79,15 +81,7 @@ def generator_sft_examples(
 ) -> list[SFTExample]:
     """`n` (generator prompt, solution) pairs of the training split on
     min_words..sft_max_words words; `slip_fraction` of them with one wrong letter."""
-    span = (config.min_words, config.sft_max_words)
-    out = []
-    for i in range(n):
-        problem = problem_at(config, i, seed=seed, purpose="sft-generator", words=span)
-        slip = Draws("letter-sft-generator-slip", seed, i).chance(config.slip_fraction)
-        solution = _solution(config, problem, not slip, seed)
-        prompt = templates.render_generator_prompt(problem.question, style=style)
-        out.append(SFTExample(prompt, solution.text, solution.correct, problem.id))
-    return out
+    return LetterTask(config).generator_sft_examples(n, seed=seed, style=style)
 
 
 def verifier_sft_examples(
@@ -100,21 +94,7 @@ def verifier_sft_examples(
     """`n` (verifier prompt, outcome-only transcript) pairs of the training split (see the
     module doc); `verifier_correct_fraction` of the verified solutions are right,
     `verifier_one_word` of the problems have one word."""
-    out = []
-    for i in range(n):
-        single = Draws("letter-sft-verifier-kind", seed, i).chance(config.verifier_one_word)
-        span = (1, 1) if single else (config.min_words, config.sft_max_words)
-        purpose = "sft-verifier-one-word" if single else "sft-verifier"
-        problem = problem_at(config, i, seed=seed, purpose=purpose, words=span)
-        correct = Draws("letter-sft-verifier-slip", seed, i).chance(
-            config.verifier_correct_fraction
-        )
-        solution = _solution(config, problem, correct, seed)
-        prompt = templates.render_verifier_prompt(problem.question, solution.text, style=style)
-        transcript = verification_transcript(solution, seed=seed)
-        no_loss = step_judgment_spans(transcript) if len(problem.words) > 1 else ()
-        out.append(SFTExample(prompt, transcript, correct, problem.id, no_loss))
-    return out
+    return LetterTask(config).verifier_sft_examples(n, seed=seed, style=style)
 
 
 def process_bench(config: LetterConfig, n: int, *, seed: int = 0) -> list[LetterSolution]:
@@ -125,9 +105,70 @@ def process_bench(config: LetterConfig, n: int, *, seed: int = 0) -> list[Letter
         lambda i: problem_at(config, i, seed=seed, held_out=True, purpose="process-bench"),
         lambda p, wrong: _solution(config, p, not wrong, seed),
         n,
+        attempts=MAX_ATTEMPTS,
     )
 
 
 def process_items(config: LetterConfig, n: int, *, seed: int = 0) -> list[ProcessItem]:
     """`process_bench` as the evaluation's ProcessBench items."""
     return as_process_items(process_bench(config, n, seed=seed))
+
+
+@dataclasses.dataclass(frozen=True)
+class LetterTask(GeneratedTask):
+    """The last-letter task (`last_letter.py`) with the labelled data above; answers checked by
+    exact match (a symbolic checker would accept a permutation); accuracy per length bucket."""
+
+    config: LetterConfig = LetterConfig()
+    source = last_letter.SOURCE
+    reward_kind = RewardKind.EXACT
+
+    def sft_problem(self, i: int, seed: int) -> LetterProblem:
+        span = (self.config.min_words, self.config.sft_max_words)
+        return problem_at(self.config, i, seed=seed, purpose="sft-generator", words=span)
+
+    def generator_slip(self, i: int, seed: int) -> bool:
+        return Draws("letter-sft-generator-slip", seed, i).chance(self.config.slip_fraction)
+
+    def verifier_case(self, i: int, seed: int) -> tuple[LetterProblem, bool]:
+        """A one-word problem (`verifier_one_word` of them) or one on min_words..sft_max_words
+        words; right with chance `verifier_correct_fraction`."""
+        c = self.config
+        single = Draws("letter-sft-verifier-kind", seed, i).chance(c.verifier_one_word)
+        span = (1, 1) if single else (c.min_words, c.sft_max_words)
+        purpose = "sft-verifier-one-word" if single else "sft-verifier"
+        problem = problem_at(c, i, seed=seed, purpose=purpose, words=span)
+        correct = Draws("letter-sft-verifier-slip", seed, i).chance(c.verifier_correct_fraction)
+        return problem, correct
+
+    def solution(self, problem: LetterProblem, correct: bool, seed: int) -> LetterSolution:
+        return _solution(self.config, problem, correct, seed)
+
+    def verification_transcript(self, solution: LetterSolution, seed: int) -> str:
+        return verification_transcript(solution, seed=seed)
+
+    def unlabelled(self, correct: bool) -> bool:
+        return True  # outcome labels only: a K > 1 solution's step judgments are never taught
+
+    def stream(self, batch_size: int, *, seed: int, position: StreamPosition | None):
+        return last_letter.LetterStream(self.config, batch_size, seed=seed, position=position)
+
+    def held_out_problems(self, n: int, *, seed: int) -> list[LetterProblem]:
+        return last_letter.held_out_problems(self.config, n, seed=seed)
+
+    def process_bench(self, n: int, *, seed: int) -> list[LetterSolution]:
+        return process_bench(self.config, n, seed=seed)
+
+    def parse(self, question: str) -> LetterProblem | None:
+        return last_letter.parse_question(question)
+
+    def solution_first_error(self, problem: LetterProblem, steps: Sequence[str]) -> int:
+        return last_letter.first_error(problem, steps)
+
+    def step_analyses(self, solution: LetterSolution) -> list[str]:
+        return step_analyses(solution)
+
+    def bucket(self, problem: Problem) -> str | None:
+        """'in' for the RL range of word counts, 'unseen' beyond it."""
+        parsed = last_letter.parse_question(problem.question)
+        return None if parsed is None else self.config.bucket(len(parsed.words))

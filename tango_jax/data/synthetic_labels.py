@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
+from tango_jax.data import synthetic
+from tango_jax.data.datasets import StreamPosition
 from tango_jax.data.synthetic import (
     _SLIP_OFFSETS,
     MAX_ATTEMPTS,
@@ -51,39 +52,20 @@ from tango_jax.data.synthetic import (
     reference_solution,
     slipped_solution,
 )
+from tango_jax.data.task import (
+    GeneratedTask,
+    SFTExample,
+    alternating_bench,
+    as_process_items,
+    step_judgment_spans,
+)
 from tango_jax.text import formats, templates
-from tango_jax.text.process_bench import NO_ERROR, ProcessItem
+from tango_jax.text.process_bench import ProcessItem
+
+__all__ = ["ArithmeticTask", "SFTExample", "as_process_items", "step_judgment_spans"]
 
 _QUESTION = re.compile(r"Start with (\d+)\. (.+)\. What is the result\?")
 _OP_OF_PHRASE = {"add": Op.ADD, "subtract": Op.SUB, "multiply by": Op.MUL, "divide by": Op.DIV}
-
-
-@dataclasses.dataclass(frozen=True)
-class SFTExample:
-    """One supervised example: the model sees `prompt` and learns `response`.
-
-    correct: the outcome label of the solution the example is about.
-    problem_id: the `ArithProblem.id` it comes from.
-    no_loss: (start, end) character spans of `response` whose tokens carry no SFT loss (the
-    step judgments of an UNLABELLED transcript, or of a wrong solution's UNLABELLED_WRONG
-    transcript); the rest of the response is learned.
-    """
-
-    prompt: str
-    response: str
-    correct: bool
-    problem_id: str
-    no_loss: tuple[tuple[int, int], ...] = ()
-
-
-# A step judgment's label word in a rendered transcript: the boxed label that ends a <step>.
-_STEP_JUDGMENT = re.compile(r"\\boxed\{((?:IN)?CORRECT)\}" + re.escape(formats.STEP_CLOSE))
-
-
-def step_judgment_spans(transcript: str) -> tuple[tuple[int, int], ...]:
-    """The character spans of the step judgments' label words (CORRECT / INCORRECT) in a
-    transcript from `formats.render_verification` (the verdict's label is not one)."""
-    return tuple(m.span(1) for m in _STEP_JUDGMENT.finditer(transcript))
 
 
 def _analysis(step: str, kind: VerifierAnalysis) -> str:
@@ -144,14 +126,7 @@ def generator_sft_examples(
 ) -> list[SFTExample]:
     """`n` (generator prompt, solution) pairs from the training split; `slip_fraction` of the
     solutions have one slip. `style`: the prompt template, the one the RL prompts use."""
-    out = []
-    for i in range(n):
-        problem = problem_at(config, i, seed=seed, purpose="sft-generator")
-        slip = Draws("sft-generator-slip", seed, i).chance(config.slip_fraction)
-        solution = slipped_solution(problem, seed=seed) if slip else reference_solution(problem)
-        prompt = templates.render_generator_prompt(problem.question, style=style)
-        out.append(SFTExample(prompt, solution.text, solution.correct, problem.id))
-    return out
+    return ArithmeticTask(config).generator_sft_examples(n, seed=seed, style=style)
 
 
 def verifier_sft_examples(
@@ -166,28 +141,7 @@ def verifier_sft_examples(
     `verifier_sft_facts` of them are one-equation fact checks instead and `verifier_sft_one_step`
     are about one-step problems (one draw per example decides which). `style`: the prompt
     template, the one the RL prompts use."""
-    # one-step problems from every value a later step can start from, not only the start values
-    one_step = dataclasses.replace(config, min_steps=1, max_steps=1, start_max=config.value_max)
-    out = []
-    for i in range(n):
-        kind = Draws("sft-verifier-fact", seed, i).uniform()
-        if kind < config.verifier_sft_facts:
-            out.append(fact_example(config, i, seed=seed))
-            continue
-        if kind < config.verifier_sft_facts + config.verifier_sft_one_step:
-            problem = problem_at(one_step, i, seed=seed, purpose="sft-verifier-one-step")
-        else:
-            problem = problem_at(config, i, seed=seed, purpose="sft-verifier")
-        correct = Draws("sft-verifier-slip", seed, i).chance(config.verifier_correct_fraction)
-        solution = reference_solution(problem) if correct else slipped_solution(problem, seed=seed)
-        prompt = templates.render_verifier_prompt(problem.question, solution.text, style=style)
-        transcript = verification_transcript(solution, config, seed=seed)
-        unlabelled = config.verifier_sft_labels is VerifierLabels.UNLABELLED or (
-            config.verifier_sft_labels is VerifierLabels.UNLABELLED_WRONG and not correct
-        )
-        no_loss = step_judgment_spans(transcript) if unlabelled and len(problem.ops) > 1 else ()
-        out.append(SFTExample(prompt, transcript, correct, problem.id, no_loss))
-    return out
+    return ArithmeticTask(config).verifier_sft_examples(n, seed=seed, style=style)
 
 
 FACT_PROMPT = "Is this equation right?\n{equation}\n"
@@ -262,36 +216,6 @@ def process_items(config: ArithConfig, n: int, *, seed: int = 0) -> list[Process
     return as_process_items(process_bench(config, n, seed=seed))
 
 
-def as_process_items(solutions) -> list[ProcessItem]:
-    """Solutions of a synthetic task (`.problem.question`, `.text`, `.steps`, `.first_error`)
-    as ProcessBench items."""
-    return [
-        ProcessItem(
-            s.problem.question,
-            s.text,
-            len(s.steps),
-            NO_ERROR if s.first_error is None else s.first_error,
-        )
-        for s in solutions
-    ]
-
-
-def alternating_bench(draw: Callable[[int], Any], solve: Callable[[Any, bool], Any], n: int):
-    """`n` solutions on the first distinct problems of `draw(0), draw(1), ...` (held-out
-    problems with a `.question`): `solve(problem, wrong)`, right and wrong in turn."""
-    out, seen, index = [], set(), 0
-    while len(out) < n:
-        problem = draw(index)
-        index += 1
-        if problem.question in seen:
-            if index > 50 * n + MAX_ATTEMPTS:
-                raise ValueError(f"only {len(out)} distinct held-out problems for n = {n}.")
-            continue
-        seen.add(problem.question)
-        out.append(solve(problem, len(out) % 2 == 1))
-    return out
-
-
 def process_bench(config: ArithConfig, n: int, *, seed: int = 0) -> list[ArithSolution]:
     """`n` held-out solutions with a known first wrong step, the miniature ProcessBench: half
     reference solutions (label -1), half with one slip at a random step (label = that step),
@@ -303,4 +227,72 @@ def process_bench(config: ArithConfig, n: int, *, seed: int = 0) -> list[ArithSo
         lambda i: problem_at(config, i, seed=seed, held_out=True, purpose="process-bench"),
         lambda p, wrong: slipped_solution(p, seed=seed) if wrong else reference_solution(p),
         n,
+        attempts=MAX_ATTEMPTS,
     )
+
+
+# --------------------------------------------------------------------------------------------
+# The task (data/task.py): what the loop, the SFT, the evaluation and the step probe read.
+
+
+@dataclasses.dataclass(frozen=True)
+class ArithmeticTask(GeneratedTask):
+    """The arithmetic chains (`synthetic.py`) with the labelled data above."""
+
+    config: ArithConfig = ArithConfig()
+    source = synthetic.SOURCE
+
+    def sft_problem(self, i: int, seed: int) -> ArithProblem:
+        return problem_at(self.config, i, seed=seed, purpose="sft-generator")
+
+    def generator_slip(self, i: int, seed: int) -> bool:
+        return Draws("sft-generator-slip", seed, i).chance(self.config.slip_fraction)
+
+    def verifier_case(self, i: int, seed: int) -> tuple[ArithProblem, bool] | SFTExample:
+        """A fact check (`verifier_sft_facts` of them), or a one-step problem
+        (`verifier_sft_one_step`, from every value a later step can start from), or a training
+        problem; right with chance `verifier_correct_fraction`. One draw decides the kind."""
+        c = self.config
+        kind = Draws("sft-verifier-fact", seed, i).uniform()
+        if kind < c.verifier_sft_facts:
+            return fact_example(c, i, seed=seed)
+        if kind < c.verifier_sft_facts + c.verifier_sft_one_step:
+            one_step = dataclasses.replace(c, min_steps=1, max_steps=1, start_max=c.value_max)
+            problem = problem_at(one_step, i, seed=seed, purpose="sft-verifier-one-step")
+        else:
+            problem = problem_at(c, i, seed=seed, purpose="sft-verifier")
+        return problem, Draws("sft-verifier-slip", seed, i).chance(c.verifier_correct_fraction)
+
+    def solution(self, problem: ArithProblem, correct: bool, seed: int) -> ArithSolution:
+        return reference_solution(problem) if correct else slipped_solution(problem, seed=seed)
+
+    def verification_transcript(self, solution: ArithSolution, seed: int) -> str:
+        return verification_transcript(solution, self.config, seed=seed)
+
+    def unlabelled(self, correct: bool) -> bool:
+        labels = self.config.verifier_sft_labels
+        return labels is VerifierLabels.UNLABELLED or (
+            labels is VerifierLabels.UNLABELLED_WRONG and not correct
+        )
+
+    def stream(self, batch_size: int, *, seed: int, position: StreamPosition | None):
+        return synthetic.SyntheticStream(self.config, batch_size, seed=seed, position=position)
+
+    def held_out_problems(self, n: int, *, seed: int) -> list[ArithProblem]:
+        return synthetic.held_out_problems(self.config, n, seed=seed)
+
+    def process_bench(self, n: int, *, seed: int) -> list[ArithSolution]:
+        return process_bench(self.config, n, seed=seed)
+
+    def parse(self, question: str) -> ArithProblem | None:
+        return parse_question(question)
+
+    def solution_first_error(self, problem: ArithProblem, steps: Sequence[str]) -> int:
+        return first_error(problem, steps)
+
+    def step_analyses(self, solution: ArithSolution) -> list[str]:
+        kind = self.config.verifier_sft_analysis
+        return [
+            f"Step {i + 1} Analysis: {_analysis(step, kind)}."
+            for i, step in enumerate(solution.steps)
+        ]

@@ -18,41 +18,25 @@ from pathlib import Path
 
 import numpy as np
 
-from tango_jax.data import last_letter_labels, synthetic_labels
-from tango_jax.data.last_letter import LetterSolution
+from tango_jax.data.task import Task
+from tango_jax.data.tasks import task_of
 from tango_jax.text import formats, process_bench, templates
 
 
-def ideal_transcript(solution, config) -> tuple[str, list[str]]:
+def ideal_transcript(solution, task: Task) -> tuple[str, list[str]]:
     """The all-CORRECT transcript of `solution` and its per-step analyses, each step analysed
-    as its task's verifier SFT writes it: a last-letter solution as `last_letter_labels` does,
-    an arithmetic one by `config`'s `verifier_sft_analysis`."""
-    if isinstance(solution, LetterSolution):
-        analyses = last_letter_labels.step_analyses(solution)
-    else:
-        analyses = [
-            f"Step {i + 1} Analysis: "
-            f"{synthetic_labels._analysis(step, config.verifier_sft_analysis)}."
-            for i, step in enumerate(solution.steps)
-        ]
+    as its task's verifier SFT writes it (`Task.step_analyses`)."""
+    analyses = task.step_analyses(solution)
     return formats.render_verification([1] * len(analyses), 1, analyses), analyses
 
 
-def bench(data, n: int) -> tuple[list, object]:
-    """(the first `n` miniature-ProcessBench solutions of a run's generated task, the task's
-    config for `probe`): the items its evaluation verifies, first ones first.
+def bench(data, n: int) -> tuple[list, Task]:
+    """(the first `n` miniature-ProcessBench solutions of a run's task, the task for `probe`):
+    the items its evaluation verifies, first ones first.
 
     data: the run's `DataConfig`; raises ValueError for a task without step truth."""
-    from tango_jax.data.prompts import DataSource
-
-    if data.source is DataSource.SYNTHETIC:
-        return synthetic_labels.process_bench(data.arith, n, seed=data.seed), data.arith
-    if data.source is DataSource.LAST_LETTER:
-        return last_letter_labels.process_bench(data.letters, n, seed=data.seed), data.letters
-    raise ValueError(
-        f"data.source={data.source.value!r} has no known step truth to probe against: the step "
-        "probe runs on the generated tasks (synthetic, last_letter)."
-    )
+    task = task_of(data)
+    return task.process_bench(n, seed=data.seed), task
 
 
 @dataclasses.dataclass
@@ -86,7 +70,7 @@ def load(checkpoint: str):
     return model, tok, ids
 
 
-def probe(checkpoint: str, solutions, config, *, style, features: bool = False) -> Probe:
+def probe(checkpoint: str, solutions, task: Task, *, style, features: bool = False) -> Probe:
     """Teacher-force the ideal transcript of every solution (`ideal_transcript`) through the
     verifier and read P(INCORRECT) at each step judgment and at the verdict (and, with
     `features`, each layer's hidden state at the judgments)."""
@@ -96,7 +80,7 @@ def probe(checkpoint: str, solutions, config, *, style, features: bool = False) 
     out = Probe([], [], [], [])
     for s in solutions:
         prompt = templates.render_verifier_prompt(s.problem.question, s.text, style=style)
-        text, _ = ideal_transcript(s, config)
+        text, _ = ideal_transcript(s, task)
         a = tok(prompt, add_special_tokens=False)["input_ids"]
         b = tok(text, add_special_tokens=False)["input_ids"]
         with torch.no_grad():
@@ -124,12 +108,12 @@ def start_verifier(run_dir: str | Path, model_path: str) -> Path | None:
     return None
 
 
-def ranking_lines(start: Path, final: Path, solutions, config, *, style) -> list[str]:
+def ranking_lines(start: Path, final: Path, solutions, task: Task, *, style) -> list[str]:
     """One line per checkpoint (before / after RL): `step_ranking` of its step scores."""
     chance = np.mean([1 / len(s.steps) for s in solutions if s.first_error is not None])
     lines = []
     for when, path in (("before RL", start), ("after RL", final)):
-        r = probe(str(path), solutions, config, style=style).ranking()
+        r = probe(str(path), solutions, task, style=style).ranking()
         lines.append(
             f"{when}: AUROC of the first error's P(INCORRECT) against the other steps "
             f"{r.auroc:.3f} (chance 0.5), first error ranked first {r.top1:.3f} (chance "

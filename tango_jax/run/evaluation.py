@@ -36,7 +36,7 @@ def evaluate(
     sampled_n: int = 1,
     process_items: Sequence[ProcessItem] = (),
     kind: RewardKind = RewardKind.MATH,
-    bucket: Callable[[Problem], str] | None = None,
+    bucket: Callable[[Problem], str | None] | None = None,
 ) -> dict[str, float]:
     """Greedy pass@1 of the generator and the verifier's greedy verdicts on those solutions;
     with `sampled_seed`, also `eval/generator/sampled_accuracy`: the mean over `sampled_n`
@@ -99,12 +99,14 @@ def evaluate(
 
 
 def bucket_accuracy(
-    name: str, solutions: Sequence[feedback.Solution], bucket: Callable[[Problem], str]
+    name: str, solutions: Sequence[feedback.Solution], bucket: Callable[[Problem], str | None]
 ) -> dict[str, float]:
-    """{name/<bucket>: mean correctness of the solutions whose problem is in that bucket}."""
+    """{name/<bucket>: mean correctness of the solutions whose problem is in that bucket}
+    (a problem in no bucket, None, is in none of them: a task without buckets gives {})."""
     groups: dict[str, list[bool]] = {}
     for s in solutions:
-        groups.setdefault(bucket(s.problem), []).append(s.correct)
+        if (b := bucket(s.problem)) is not None:
+            groups.setdefault(b, []).append(s.correct)
     return {f"{name}/{b}": float(np.mean(v)) for b, v in sorted(groups.items())}
 
 

@@ -47,9 +47,9 @@ from tango_jax.checkpoint.run import (
 from tango_jax.config import preflight
 from tango_jax.config.roles import SamplerBackend
 from tango_jax.config.run import RunConfig, enabled_roles, trained_roles
-from tango_jax.data import last_letter, last_letter_labels, synthetic_labels
 from tango_jax.data.datasets import StreamPosition
-from tango_jax.data.prompts import DataSource, load_prompts
+from tango_jax.data.prompts import load_prompts
+from tango_jax.data.tasks import task_of
 from tango_jax.metrics.rollouts import RolloutLog
 from tango_jax.metrics.wandb import wandb_sink
 from tango_jax.metrics.writer import MetricsWriter, NoMetrics, PhaseTimer, StepClock
@@ -84,7 +84,7 @@ class TangoLoop:
         self.stopped_at: int | None = None
         self.run_dir = Path(cfg.run_dir)
         self.schedule = cfg.schedule
-        self.process_items: list[ProcessItem] = []  # set by _data (synthetic task only)
+        self.process_items: list[ProcessItem] = []  # set by _data (tasks with step truth)
         self.timer = PhaseTimer()  # phases of a training step
         self.eval_timer = PhaseTimer()
 
@@ -93,13 +93,9 @@ class TangoLoop:
     def _data(self, position: StreamPosition | None):
         """(training prompt stream at `position`, held-out evaluation problems)."""
         d = self.cfg.data
-        if d.source is DataSource.SYNTHETIC and self.cfg.eval.process_bench_size:
-            self.process_items = synthetic_labels.process_items(
-                d.arith, self.cfg.eval.process_bench_size, seed=d.seed
-            )
-        if d.source is DataSource.LAST_LETTER and self.cfg.eval.process_bench_size:
-            self.process_items = last_letter_labels.process_items(
-                d.letters, self.cfg.eval.process_bench_size, seed=d.seed
+        if self.cfg.eval.process_bench_size:  # the task's miniature ProcessBench, if it has one
+            self.process_items = task_of(d).process_items(
+                self.cfg.eval.process_bench_size, seed=d.seed
             )
         return load_prompts(
             self.cfg.data,
@@ -198,13 +194,6 @@ class TangoLoop:
             for r in built.values():
                 r.sampler.close()
 
-    def _length_bucket(self):
-        """The held-out problems' length bucket (last-letter task: 'in' / 'unseen'), or None."""
-        d = self.cfg.data
-        if d.source is not DataSource.LAST_LETTER:
-            return None
-        return lambda p: d.letters.bucket(len(last_letter.parse_question(p.question).words))
-
     def _evaluate(self, ctx: StepContext, problems) -> dict[str, float]:
         log.info(
             "evaluating on %d held-out problems (greedy%s)",
@@ -224,7 +213,7 @@ class TangoLoop:
             sampled_n=self.cfg.eval.sampled_n,
             process_items=self.process_items,
             kind=self.cfg.data.reward_kind,
-            bucket=self._length_bucket(),
+            bucket=task_of(self.cfg.data).bucket,  # accuracy per length bucket, if any
         )
         # Its own timer: evaluation time is reported as perf/eval_*, never as the step's time.
         timings = self.eval_timer.metrics()

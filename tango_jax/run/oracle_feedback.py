@@ -76,7 +76,8 @@ def oracle_judged(
         if first is None:
             raise ValueError(
                 f"algorithm.step_source='oracle' needs step truth, which problems of source "
-                f"{sol.problem.source!r} do not have; use data.source 'synthetic' or 'last_letter'."
+                f"{sol.problem.source!r} do not have; use a generated task (data.source "
+                "'synthetic', 'last_letter', or a 'custom' one with step truth)."
             )
         judgments = oracle_judgments(
             first, len(sol.steps), closing=closing_step, correct=sol.correct

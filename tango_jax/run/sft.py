@@ -29,9 +29,8 @@ from tango_jax.checkpoint.run import ModelInfo
 from tango_jax.config.roles import RoleConfig
 from tango_jax.config.run import RunConfig
 from tango_jax.config.stages import SFTStage
-from tango_jax.data import last_letter_labels, synthetic_labels
-from tango_jax.data.prompts import DataSource
 from tango_jax.data.sft_records import read_sft_records
+from tango_jax.data.tasks import task_of
 from tango_jax.metrics.wandb import wandb_sink
 from tango_jax.metrics.writer import MetricsWriter, NoMetrics, Progress, StepClock
 from tango_jax.models import from_pretrained, save_pretrained
@@ -176,23 +175,14 @@ def prepare_rl_start(
 
 
 def sft_examples(cfg: RunConfig, role: Kind) -> list[SFTPair]:
-    """The role's SFT pairs: sft.<role>.data_path, or the synthetic task's."""
-    stage, name, style = cfg.sft.stage(role), role.value, cfg.data.templates
+    """The role's SFT pairs: sft.<role>.data_path, or the task's own SFT set (generated tasks;
+    a file task has none and says so)."""
+    stage, style = cfg.sft.stage(role), cfg.data.templates
     if stage.data_path:
         return sft_records(stage.data_path, role, style)
-    if not cfg.data.source.generated:
-        raise ValueError(
-            f"sft.{name}.enable needs SFT data: set sft.{name}.data_path to a JSONL of "
-            "{question, response} records (the built-in SFT sets exist for the synthetic "
-            "tasks only)."
-        )
-    labels, task = (
-        (last_letter_labels, cfg.data.letters)
-        if cfg.data.source is DataSource.LAST_LETTER
-        else (synthetic_labels, cfg.data.arith)
+    examples = task_of(cfg.data).sft_examples(
+        role is Kind.VERIFIER, stage.num_examples, seed=cfg.seed, style=style
     )
-    make = labels.generator_sft_examples if role is Kind.GENERATOR else labels.verifier_sft_examples
-    examples = make(task, stage.num_examples, seed=cfg.seed, style=style)
     return [SFTPair(e.prompt, e.response, e.no_loss) for e in examples]
 
 

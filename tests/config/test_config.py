@@ -45,6 +45,21 @@ ALL = (
 )
 
 
+# The run configs committed with run records (config.json beside their metrics.jsonl).
+RECORDS = sorted(
+    p for p in (CONFIGS.parent / "docs").rglob("config.json") if "generator" in p.read_text()
+)
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=lambda p: p.parent.name)
+def test_committed_run_records_configs_still_load(record):
+    """A config written by an older version (fields added since take their defaults)."""
+    import json
+
+    cfg = load_run_config(json.loads(record.read_text()))
+    assert cfg.data.task == "" and cfg.data.source.value == "jsonl"
+
+
 @pytest.mark.parametrize("name, variant", ALL)
 def test_every_shipped_config_validates(name, variant):
     cfg = load_run_config(_load(name, variant))
@@ -212,6 +227,8 @@ def test_train_entry_point_rejects_bad_overrides_before_loading_anything(overrid
         (("algorithm", "verifications_per_response"), 0, "verifications_per_response \\(0\\)"),
         (("schedule", "total_steps"), 10, "total_steps \\(10\\) must exceed the warm-ups"),
         (("data", "source"), "jsonl", "data.train_path \\(''\\) is required"),
+        (("data", "source"), "custom", "data.task \\(''\\) names a task of your own"),
+        (("data", "task"), "toy_task:make", "data.task \\('toy_task:make'\\) names a task"),
         (("checkpoint", "keep"), 0, "checkpoint.keep \\(0\\)"),
     ],
 )

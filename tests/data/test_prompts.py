@@ -66,3 +66,29 @@ def test_a_file_that_is_not_eurus2_says_to_use_jsonl(tmp_path):
     ):
         read_problems(cfg, "train")
     assert [p.question for p in read_problems(cfg, "eval")] == ["q"]  # held-out: plain fields
+
+
+def test_a_task_of_ones_own_is_found_from_the_config_or_refused_in_one_line():
+    """data.source=custom: data.task's factory makes the task (tests/helpers/toy_task.py); the
+    task's problems carry their source, so step truth finds the task from a problem alone."""
+    from tango_jax.data import step_truth
+    from tango_jax.data.tasks import load_custom, task_of
+    from tango_jax.schema import ConfigError
+
+    task = task_of(DataConfig(source=DataSource.CUSTOM, task="toy_task:make"))
+    stream, held_out = task.prompts(
+        prompts_per_step=2, eval_size=3, seed=1, position=None, fit=None
+    )
+    problem = stream.next_batch()[0]
+    assert problem.source == "toy-count" and len(held_out) == 3
+    start, steps = int(problem.question.split()[2].rstrip(".")), problem.question.count("dd 1")
+    right = [f"{start + k} + 1 = {start + k + 1}" for k in range(steps)]
+    assert step_truth.first_error(problem, right) == -1
+    assert step_truth.first_error(problem, ["1 + 1 = 3"]) == 0
+    for spec, message in (
+        ("toy_task", "must be 'module:factory'"),
+        ("no_such_task_module:make", "module 'no_such_task_module' does not import"),
+        ("toy_task:nothing", "module 'toy_task' defines no function 'nothing'"),
+    ):
+        with pytest.raises(ConfigError, match=f"^config.data.task \\({spec!r}\\).*{message}"):
+            load_custom(spec)

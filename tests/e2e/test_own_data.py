@@ -107,3 +107,27 @@ def test_a_short_run_on_own_jsonl_data_its_console_lines_and_evaluate_on_the_fil
             evaluate.main([*base, *flags, "--out_dir", str(tmp_path / "bad")])
         assert str(e.value).startswith(f"tango_jax.evaluate: error: {message}"), e.value
         assert "\n" not in str(e.value) and not (tmp_path / "bad").exists()
+
+
+def test_a_task_of_ones_own_in_one_file_trains(tmp_path):
+    """tests/helpers/toy_task.py, a task written in one file against data/task.py's protocol
+    (`data.source=custom`, `data.task=toy_task:make`): both roles' SFT from scratch on its own
+    examples, a verifier warm-up step and a generator step on its problems, its miniature
+    ProcessBench in the held-out evaluation and its step truth in both steps' process metrics."""
+    cfg = short_config(
+        tmp_path / "run", total_steps=2, data=dict(source="custom", task="toy_task:make")
+    )
+    TangoLoop(cfg, make_mesh(cfg.mesh)).run()
+    rows = read_metrics(tmp_path / "run")
+    assert [(r["step"], r.get("phase")) for r in rows] == [
+        (0, "eval"),
+        (1, "verifier_warmup"),
+        (2, "generator"),
+    ]
+    assert "eval/verifier/step_f1" in rows[0]  # on the toy's miniature ProcessBench
+    assert "verifier/process/step_f1" in rows[1]  # the toy's step truth of its rollouts
+    assert "generator/feedback/process/step_f1" in rows[2]
+    for role in ("generator", "verifier"):
+        assert [r["step"] for r in read_metrics(tmp_path / "run" / "sft_logs" / role)] == [1, 2, 3]
+    logged = (tmp_path / "run" / "rollouts" / "step_000001.jsonl").read_text()
+    assert "\"source\": \"toy-count\"" in logged and "Add 1" in logged

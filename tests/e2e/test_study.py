@@ -180,8 +180,9 @@ def test_ranking_probes_each_runs_start_and_final_verifier(tmp_path):
     ranks = study.ranking(tmp_path, [1], items=24)
     assert list(ranks) == ["tango"]
     solutions = synthetic_labels.process_bench(cfg.data.arith, 24, seed=cfg.data.seed)
+    task = synthetic_labels.ArithmeticTask(cfg.data.arith)
     for when, ckpt in (("start", assets / "verifier"), ("final", assets / "generator")):
-        r = probe(str(ckpt), solutions, cfg.data.arith, style=cfg.data.templates).ranking()
+        r = probe(str(ckpt), solutions, task, style=cfg.data.templates).ranking()
         assert ranks["tango"]["1"][when] == {
             "auroc": pytest.approx(r.auroc),
             "top1": pytest.approx(r.top1),
@@ -219,7 +220,8 @@ def test_the_train_commands_final_lines_rank_the_steps_before_and_after_rl(tmp_p
     for line, ckpt, shown in zip(
         lines, (assets / "verifier", assets / "generator"), (assets / "verifier", final)
     ):
-        r = step_probe.probe(str(ckpt), solutions, cfg.data.arith, style=cfg.data.templates)
+        task = synthetic_labels.ArithmeticTask(cfg.data.arith)
+        r = step_probe.probe(str(ckpt), solutions, task, style=cfg.data.templates)
         assert f"other steps {r.ranking().auroc:.3f} (chance 0.5)" in line
         assert f"first error ranked first {r.ranking().top1:.3f} (chance 0.333)" in line
         assert line.endswith(f"[{shown}]")
@@ -248,11 +250,12 @@ def test_the_letter_tasks_ranking_probes_the_transcript_its_verifier_sft_writes(
         eval=dataclasses.replace(cfg.eval, process_bench_size=12),
     )
     slipped = LetterSolution(LetterProblem(("kaz", "bo")), "po", first_error=0)
-    text, analyses = step_probe.ideal_transcript(slipped, cfg.data.letters)
+    letters = last_letter_labels.LetterTask(cfg.data.letters)
+    text, analyses = step_probe.ideal_transcript(slipped, letters)
     assert analyses == ["Step 1 Analysis: kaz: p, z p", "Step 2 Analysis: bo: o, o o"]
     assert text.count("\\boxed{CORRECT}") == 3 and "INCORRECT" not in text
     right = reference_solution(LetterProblem(("kaz", "bo")))
-    assert step_probe.ideal_transcript(right, None)[0] == (
+    assert step_probe.ideal_transcript(right, letters)[0] == (
         last_letter_labels.verification_transcript(right, seed=0)
     )
 
