@@ -547,7 +547,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     except (FileNotFoundError, ValueError) as e:  # ConfigError and RowError included
         sys.exit(f"tango_jax.evaluate: error: {e}")
     out = Path(results["out_dir"])
-    for role, table in (("generator", "table1.md"), ("verifier", "table3.md")):
+    for role, table in (("data", "data.md"), ("generator", "table1.md"), ("verifier", "table3.md")):
         if (out / table).is_file() and role in results:
             print((out / table).read_text())
     print(f"results in {out}")
