@@ -1,6 +1,8 @@
 """Reading and plotting runs: the functions behind notebooks/analysis.ipynb.
 
-    runs = load_runs({"tango": "runs/tiny_arith", "grpo": "runs/tiny_arith_grpo"})
+    run_dirs, missing = label_runs(["runs/tiny_arith", ("baseline", "runs/tiny_arith_grpo")])
+    runs = load_runs(run_dirs)  # {"Tango (tiny_arith)": columns, "baseline": columns}
+    print(run_summary(runs, run_dirs))     # steps, and whether each run has a verifier
     plot_curves(runs, HELD_OUT_CURVES)     # held-out accuracy, step F1, ... over steps
     eval_table(runs)        # {run: {metric: (first value, last value)}}
     print(rollout_text("runs/tiny_arith", rows=3))   # a few rows of the rollout log
@@ -12,7 +14,9 @@
 
 A run is its `metrics.jsonl` as columns (`tango_jax.metrics.writer.metric_columns`): "step" plus one
 float array per metric, NaN where a step did not log it (evaluation metrics appear only on
-evaluation steps; generator metrics only on generator steps).
+evaluation steps; generator metrics only on generator steps). A run has a verifier when it
+logged a verifier metric (GRPO baselines log none); verifier panels and columns are left out
+for runs without one.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,9 +78,91 @@ THROUGHPUT_CURVES = (
 )
 
 
+# --- choosing and naming runs -------------------------------------------------------------------
+
+METRICS_FILE = "metrics.jsonl"
+CONFIG_FILE = "config.json"
+# A run directory, or (label, run directory).
+RunChoice = str | os.PathLike | tuple[str, str | os.PathLike]
+
+
+def config_label(run_dir: str | os.PathLike) -> str:
+    """An arm's name from its run_dir/config.json: "Tango (<config name>)" when a verifier
+    trains, "GRPO, frozen verifier (<name>)" when one only scores, "GRPO (<name>)" without one;
+    "TRL GRPO (<config>:<variant>)" for scripts/compare/trl_grpo.py's record; the folder's name
+    without a config.json."""
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        return Path(run_dir).name
+    config = json.loads(path.read_text())
+    if "trl" in config:  # scripts/compare/trl_grpo.py: {"tango_jax_config": "configs/x.py:v", ...}
+        return f"TRL GRPO ({Path(config['tango_jax_config']).name.replace('.py', '')})"
+    verifier = config["verifier"]
+    if verifier["enable"] and verifier["trainable"]:
+        kind = "Tango"
+    else:
+        kind = "GRPO, frozen verifier" if verifier["enable"] else "GRPO"
+    return f"{kind} ({config['name']})"
+
+
+def _seed(run_dir: Path) -> int | None:
+    path = run_dir / CONFIG_FILE
+    return json.loads(path.read_text())["seed"] if path.is_file() else None
+
+
+def label_runs(
+    choices: Mapping[str, str | os.PathLike] | Sequence[RunChoice],
+    root: str | os.PathLike = ".",
+) -> tuple[dict[str, Path], list[Path]]:
+    """The runs a user chose -> ({label: run directory} of those with a metrics.jsonl, in
+    order; [the run directories without one]).
+
+    `choices` is {label: run directory} or a list of run directories and (label, run
+    directory) pairs; relative paths are read from `root`. A run without a label is named by
+    `config_label`; runs whose names coincide get their seed added ("GRPO (x, seed 2)"), then
+    their folder's name if that is not enough."""
+    pairs = list(choices.items()) if isinstance(choices, Mapping) else list(choices)
+    pairs = [p if isinstance(p, tuple) else (None, p) for p in pairs]
+    pairs = [(label, Path(root) / path) for label, path in pairs]  # absolute paths stay absolute
+    names = [config_label(path) if label is None else label for label, path in pairs]
+    shared = {n for n in names if names.count(n) > 1}
+    for i, (label, path) in enumerate(pairs):
+        if label is None and names[i] in shared and (seed := _seed(path)) is not None:
+            names[i] = f"{names[i].removesuffix(')')}, seed {seed})"
+    shared = {n for n in names if names.count(n) > 1}
+    for i, (label, path) in enumerate(pairs):
+        if label is None and names[i] in shared:
+            names[i] = f"{names[i]} {path.name}"
+    if len(set(names)) < len(names):
+        raise ValueError(f"runs {names}: two runs share a label; give each its own label.")
+    found = {name: path for name, (_, path) in zip(names, pairs) if (path / METRICS_FILE).is_file()}
+    missing = [path for _, path in pairs if not (path / METRICS_FILE).is_file()]
+    return found, missing
+
+
 def load_runs(run_dirs: Mapping[str, str | os.PathLike]) -> dict[str, Run]:
     """{name: run directory} -> {name: columns}."""
     return {name: metric_columns(read_metrics(path)) for name, path in run_dirs.items()}
+
+
+def is_verifier_metric(metric: str) -> bool:
+    """A metric only a run with a verifier logs (its training, evaluation and throughput)."""
+    return metric.startswith(("verifier/", "eval/verifier/", "perf/verify"))
+
+
+def has_verifier(run: Run) -> bool:
+    """Whether the run logged a finite verifier metric: a Tango run, or GRPO scored by a frozen
+    verifier; not a GRPO baseline."""
+    return any(is_verifier_metric(m) and np.isfinite(v).any() for m, v in run.items())
+
+
+def run_summary(runs: Mapping[str, Run], run_dirs: Mapping[str, str | os.PathLike]) -> str:
+    """One line per run: its label, last step, whether it has a verifier, and its directory."""
+    return "\n".join(
+        f"{name}: {int(run['step'].max()) if run['step'].size else 0} steps, "
+        f"{'with a verifier' if has_verifier(run) else 'no verifier'} ({run_dirs[name]})"
+        for name, run in runs.items()
+    )
 
 
 def series(run: Run, metric: str) -> tuple[np.ndarray, np.ndarray]:
@@ -111,19 +197,37 @@ def eval_table(
     return table
 
 
-def format_table(table: Mapping[str, Mapping[str, tuple[float, float]]]) -> str:
-    """A markdown table of `eval_table` output: one row per run, 'first -> last' cells."""
+def format_table(
+    table: Mapping[str, Mapping[str, tuple[float, float]]], without_verifier: Collection[str] = ()
+) -> str:
+    """A markdown table of `eval_table` output: one row per run, 'first -> last' cells, "-"
+    where a run never logged the metric. The runs named in `without_verifier` read "no
+    verifier" in verifier columns, which are left out when no run has a verifier."""
     if not table:
         return "(no runs)"
     metrics = list(next(iter(table.values())))
+    if set(table) <= set(without_verifier):
+        metrics = [m for m in metrics if not is_verifier_metric(m)]
     lines = [
         "| run | " + " | ".join(m.removeprefix("eval/") for m in metrics) + " |",
         "|---" * (len(metrics) + 1) + "|",
     ]
     for name, row in table.items():
-        cells = [f"{a:.3f} -> {b:.3f}" for a, b in (row[m] for m in metrics)]
+        cells = []
+        for metric in metrics:
+            first, last = row[metric]
+            if name in without_verifier and is_verifier_metric(metric):
+                cells.append("no verifier")
+            else:
+                cells.append("-" if math.isnan(last) else f"{first:.3f} -> {last:.3f}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def eval_summary(runs: Mapping[str, Run], metrics: Sequence[str] = EVAL_METRICS) -> str:
+    """`format_table(eval_table(runs, metrics))`, verifier columns as the runs have them."""
+    without = [name for name, run in runs.items() if not has_verifier(run)]
+    return format_table(eval_table(runs, metrics), without)
 
 
 def plot_curves(
@@ -133,11 +237,13 @@ def plot_curves(
     window: int = 1,
     columns: int = 3,
 ):
-    """One panel per metric, one line per run (smoothed over `window` logged points).
-    Returns the matplotlib Figure."""
+    """One panel per metric, one line per run (smoothed over `window` logged points); the
+    verifier's panels only when a run has a verifier. Returns the matplotlib Figure."""
     import matplotlib.pyplot as plt
 
-    rows = -(-len(metrics) // columns)
+    if not any(has_verifier(run) for run in runs.values()):
+        metrics = [m for m in metrics if not is_verifier_metric(m)]
+    rows = max(1, -(-len(metrics) // columns))
     fig, axes = plt.subplots(rows, columns, figsize=(4.5 * columns, 3.2 * rows), squeeze=False)
     for ax, metric in zip(axes.flat, metrics):
         logged = False
@@ -229,6 +335,9 @@ def location_lines(run: Run, labels: Sequence[int], num_steps: Sequence[int]) ->
 # verifier/<split>.jsonl.
 
 RESULTS_FILE = "results.json"
+# Table 3 and the verifier diagnostics of evaluations without verifier results (GRPO runs; or
+# `--process_bench none`).
+NO_VERIFIER_RESULTS = "no verifier results (a run without a verifier, or ProcessBench not run)\n"
 
 
 def _step_order(label: str) -> tuple[int, int]:
@@ -304,7 +413,7 @@ def table1(evals: Mapping[str, Mapping[str, Any]], *, reference: bool = True) ->
 
 def table3(evals: Mapping[str, Mapping[str, Any]], *, reference: bool = True) -> str:
     """Table 3 (verifier ProcessBench F1, %) with one row per evaluation that has verifier
-    results, then the paper's row."""
+    results, then the paper's row; `NO_VERIFIER_RESULTS` when no evaluation has any."""
     cols = [*R.TABLE3, ("avg", "Avg")]
     rows = []
     for name, ev in evals.items():
@@ -312,6 +421,8 @@ def table3(evals: Mapping[str, Mapping[str, Any]], *, reference: bool = True) ->
         if v:
             cells = [v.get("avg_f1") if k == "avg" else (v.get(k) or {}).get("f1") for k, _ in cols]
             rows.append([name, *(_pct(c) for c in cells)])
+    if not rows:
+        return NO_VERIFIER_RESULTS
     if reference:
         rows.append(
             ["TANGO-Qwen-7B verifier (paper)", *(f"{R.PAPER_TABLE3[k]:.1f}" for k, _ in cols)]
@@ -364,6 +475,8 @@ def verifier_diagnostics(evals: Mapping[str, Mapping[str, Any]]) -> str:
                         _pct(k_match),
                     ]
                 )
+    if not rows:
+        return NO_VERIFIER_RESULTS
     header = ["Evaluation", "split", "erroneous / correct", "acc. err.", "acc. corr.", "F1"]
     return _table([*header, "unreadable", "K match"], rows)
 

@@ -52,6 +52,59 @@ def test_eval_table_first_and_last(tmp_path):
     assert "0.200 -> 0.500" in analysis.format_table(table)
 
 
+def test_runs_without_a_verifier_read_no_verifier_not_nan(tmp_path):
+    """A Tango run beside a GRPO run: the GRPO row says "no verifier" in verifier columns; with
+    GRPO runs only, those columns are left out."""
+    with MetricsWriter(tmp_path / "g", tensorboard=False) as w:
+        w.write(0, {"eval/generator/accuracy": 0.2, "perf/generate_s": 1.0}, phase="eval")
+        w.write(9, {"eval/generator/accuracy": 0.4}, phase="eval")
+    runs = analysis.load_runs({"tango": _write_run(tmp_path / "t", 0.3), "grpo": tmp_path / "g"})
+    metrics = ["eval/generator/accuracy", "eval/verifier/f1"]
+    assert [analysis.has_verifier(run) for run in runs.values()] == [True, False]
+    assert analysis.eval_summary(runs, metrics).splitlines()[2:] == [
+        "| tango | 0.200 -> 0.500 | 0.500 -> 0.500 |",
+        "| grpo | 0.200 -> 0.400 | no verifier |",
+    ]
+    assert analysis.eval_summary({"grpo": runs["grpo"]}, metrics).splitlines() == [
+        "| run | generator/accuracy |",
+        "|---|---|",
+        "| grpo | 0.200 -> 0.400 |",
+    ]
+
+
+def test_unlabelled_runs_are_named_by_their_configs(tmp_path):
+    def run(name: str, config: dict | None) -> Path:
+        _write_run(tmp_path / name, 0.1)
+        if config is not None:
+            (tmp_path / name / "config.json").write_text(json.dumps(config))
+        return tmp_path / name
+
+    def tango_jax(name: str, seed: int, enable: bool, trainable: bool) -> dict:
+        return {"name": name, "seed": seed, "verifier": {"enable": enable, "trainable": trainable}}
+
+    choices = [
+        run("a", tango_jax("x", 0, True, True)),
+        run("b", tango_jax("x_grpo", 0, False, False)),
+        run("c", tango_jax("x_grpo", 1, False, False)),
+        run("d", tango_jax("x_judge", 0, True, False)),
+        ("mine", run("e", None)),
+        run("f", None),
+        tmp_path / "absent",
+    ]
+    found, missing = analysis.label_runs(choices, root="/elsewhere")  # absolute paths stay
+    assert list(found) == [
+        "Tango (x)",
+        "GRPO (x_grpo, seed 0)",
+        "GRPO (x_grpo, seed 1)",
+        "GRPO, frozen verifier (x_judge)",
+        "mine",
+        "f",
+    ]
+    assert found["mine"] == tmp_path / "e" and missing == [tmp_path / "absent"]
+    with pytest.raises(ValueError, match="two runs share a label"):
+        analysis.label_runs([("a", tmp_path / "a"), ("a", tmp_path / "b")])
+
+
 def test_before_after_lines_report_first_and_last_evaluation(tmp_path):
     with MetricsWriter(tmp_path / "r", tensorboard=False) as w:
         w.write(
@@ -183,6 +236,17 @@ def test_evaluations_are_found_in_step_order_and_tabulated(tmp_path):
     )
 
 
+def test_evaluations_without_a_verifier_say_so_instead_of_an_empty_table(tmp_path):
+    out_dir = _write_evaluation(tmp_path / "eval" / "final", verifier={})
+    evals = analysis.load_evaluations({"grpo final": out_dir})
+    assert "| grpo final | 50.0 |" in analysis.table1(evals)
+    assert (
+        analysis.table3(evals)
+        == analysis.verifier_diagnostics(evals)
+        == ("no verifier results (a run without a verifier, or ProcessBench not run)\n")
+    )
+
+
 def test_an_evaluation_without_results_says_how_to_get_them(tmp_path):
     with pytest.raises(FileNotFoundError, match="run `python -m tango_jax.evaluate` first"):
         analysis.load_evaluation(tmp_path)
@@ -200,15 +264,17 @@ ROLLOUT_ROWS = [
 ]  # fmt: skip
 
 
-def _run_notebook(cwd: Path, monkeypatch) -> dict:
+def _run_notebook(cwd: Path, monkeypatch, runs=None) -> dict:
     """Executes the notebook's code cells in order, in one namespace, from `cwd` (where
-    Jupyter starts the kernel when the notebook is opened from its folder)."""
+    Jupyter starts the kernel when the notebook is opened from its folder); `runs`, when
+    given, replaces `RUNS` after the first code cell, as a user edits that cell."""
     monkeypatch.chdir(cwd)
-    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    cells = [c for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code"]
     namespace: dict = {}
-    for cell in cells:
-        if cell["cell_type"] == "code":
-            exec(compile("".join(cell["source"]), str(NOTEBOOK), "exec"), namespace)
+    for i, cell in enumerate(cells):
+        exec(compile("".join(cell["source"]), str(NOTEBOOK), "exec"), namespace)
+        if i == 0 and runs is not None:
+            namespace["RUNS"] = runs
     return namespace
 
 
@@ -222,14 +288,14 @@ def test_notebook_runs_from_notebooks_with_runs_under_the_repo_root(tmp_path, mo
     _write_run(tmp_path / "runs" / "tiny_arith_grpo", 0.1)
     _write_evaluation(tango / "eval" / "step_9")
     RolloutLog(tango, RolloutLogConfig()).write(8, ROLLOUT_ROWS, phase="generator")
-    monkeypatch.delenv("TANGO_RUN", raising=False)
-    monkeypatch.delenv("GRPO_RUN", raising=False)
+    config = {"name": "tiny_arith", "seed": 0, "verifier": {"enable": True, "trainable": True}}
+    (tango / "config.json").write_text(json.dumps(config))
     namespace = _run_notebook(tmp_path / "notebooks", monkeypatch)
     assert namespace["ROOT"] == tmp_path.resolve()
-    assert set(namespace["runs"]) == {"tango", "grpo"}
-    assert list(namespace["evals"]) == ["tango step_9"]
+    assert list(namespace["runs"]) == ["Tango (tiny_arith)", "tiny_arith_grpo"]  # no config
+    assert list(namespace["evals"]) == ["Tango (tiny_arith) step_9"]
     out = capsys.readouterr().out
-    assert "| tango step_9 | 50.0 | 100.0 |" in out
+    assert "| Tango (tiny_arith) step_9 | 50.0 | 100.0 |" in out
     assert "step 8 (generator), problem 0 sample 1: outcome reward 1.00 (correct), advantage " \
         "+0.700" in out  # fmt: skip
     assert "verifier: verdict CORRECT, step judgments [1], step rewards [1.0]" in out
@@ -237,11 +303,10 @@ def test_notebook_runs_from_notebooks_with_runs_under_the_repo_root(tmp_path, mo
 
 
 def test_notebook_runs_from_this_checkouts_notebooks_folder(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("TANGO_RUN", str(_write_run(tmp_path / "tango", 0.3)))
-    monkeypatch.setenv("GRPO_RUN", str(tmp_path / "absent"))
-    namespace = _run_notebook(NOTEBOOK.parent, monkeypatch)
+    runs = {"mine": _write_run(tmp_path / "tango", 0.3), "absent": tmp_path / "absent"}
+    namespace = _run_notebook(NOTEBOOK.parent, monkeypatch, runs=runs)
     assert namespace["ROOT"] == NOTEBOOK.parents[1]
-    assert set(namespace["runs"]) == {"tango"}
+    assert set(namespace["runs"]) == {"mine"}
     assert f"no metrics.jsonl in {tmp_path / 'absent'}" in capsys.readouterr().out
 
 
@@ -253,3 +318,42 @@ def test_curves_the_notebook_plots_are_metrics_the_loop_writes():
         analysis.TRAINING_CURVES
     )
     assert "perf/generate_tokens_per_s" in analysis.THROUGHPUT_CURVES
+
+
+# Committed records of three GRPO runs (no verifier): two under tango_jax, one under TRL's
+# GRPOTrainer, each with its config.json (docs/compare_trl/README.md).
+COMPARE_RUNS = NOTEBOOK.parents[1] / "docs" / "compare_trl" / "runs"
+
+
+def test_notebook_names_runs_by_their_configs_and_shows_no_verifier_they_lack(monkeypatch, capsys):
+    """Three GRPO runs chosen in the first cell, one labelled there: the others are named by
+    their config.json (not "tango"/"grpo"), and no verifier column, panel or NaN appears."""
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+    runs = [
+        COMPARE_RUNS / "tango_jax_s1",
+        "docs/compare_trl/runs/trl_s1",  # relative to the repository root
+        ("seed 2", COMPARE_RUNS / "tango_jax_s2"),
+    ]
+    namespace = _run_notebook(NOTEBOOK.parent, monkeypatch, runs=runs)
+    labels = ["GRPO (smollm2_addition_grpo)", "TRL GRPO (smollm2_addition:grpo)", "seed 2"]
+    assert list(namespace["runs"]) == labels
+    out = capsys.readouterr().out
+    assert "nan" not in out
+    assert "tango" not in out.replace("tango_jax", "")  # no arm is called tango
+    table = [line for line in out.splitlines() if line.startswith("| ")]
+    assert table[0] == "| run | generator/accuracy | generator/format_score |"
+    assert table[1] == "| GRPO (smollm2_addition_grpo) | 0.812 -> 0.938 | 0.000 -> 0.000 |"
+    assert table[2] == "| TRL GRPO (smollm2_addition:grpo) | 0.812 -> 0.938 | - |"  # not logged
+    assert "GRPO (smollm2_addition_grpo): 30 steps, no verifier" in out
+    titles = [ax.get_title() for n in plt.get_fignums() for ax in plt.figure(n).axes]
+    assert "eval/generator/accuracy" in titles
+    assert not [t for t in titles if "verif" in t]
+    plt.close("all")
+
+
+def test_one_run_is_enough(monkeypatch, capsys):
+    namespace = _run_notebook(NOTEBOOK.parent, monkeypatch, runs=[COMPARE_RUNS / "trl_s1"])
+    assert list(namespace["runs"]) == ["TRL GRPO (smollm2_addition:grpo)"]
+    assert "nan" not in capsys.readouterr().out
