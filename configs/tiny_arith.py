@@ -26,7 +26,7 @@ balanced in full), held-out evaluations (generator accuracy greedy and sampled, 
 ProcessBench-style step F1). The structure is the paper's; sizes and learning rates are a CPU's
 (commented where they differ from configs/tango_qwen2_5_math_7b.py). Every field is documented
 where its dataclass is defined (tango_jax/config/run.py lists them); this file sets only what
-differs from the paper's defaults. Results over seeds: `scripts/study/study.py`, docs/results.md,
+differs from the paper's defaults. Results over seeds: `python -m tango_jax.study`, docs/results.md,
 docs/miniature.md.
 """
 

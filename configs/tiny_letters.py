@@ -17,7 +17,7 @@ below), `scratch` (random init and the SFT inside the run instead of the shipped
 default the paper's 0.1 for GRPO).
 
 Length: with `study`, every arm makes 36 generator updates, evaluated after 0, 12, 24 and 36
-(the runs of scripts/study/study.py --task last_letter and docs/last_letter.md; a Tango run
+(the runs of `python -m tango_jax.study --task last_letter` and docs/last_letter.md; a Tango run
 takes ~36 min alone on the 2-core CPU). With `fast`, the short study (study.py --length fast):
 12 generator updates, evaluated after 0, 4, 8 and 12 on 250 held-out problems of the trained
 lengths only (1,000 sampled answers; no unseen-length bucket, which is 0 at this scale), and
@@ -51,7 +51,7 @@ Every arm that trains the generator has the same number of generator steps (`GEN
 
 SFT checkpoints: tango_jax/assets/tiny_letters_sft/, made by
 `python scripts/assets/make_letters_sft.py` (a generator SFT and a verifier SFT from random
-init). Results over seeds: scripts/study/study.py --task last_letter, docs/last_letter.md.
+init). Results over seeds: `python -m tango_jax.study --task last_letter`, docs/last_letter.md.
 """
 
 from pathlib import Path

@@ -16,6 +16,7 @@ package; the commands at the top may import each other):
     config                               the run config, composed from the components' configs
     run                                  the loop and its steps
     eval                                 offline evaluation and analysis
+    study                                the seed studies (`python -m tango_jax.study`)
     train, evaluate, export, ...         the commands
 
 Every import counts, at module level, inside a function or under `if TYPE_CHECKING:` (a
@@ -46,6 +47,7 @@ LAYERS = [
     ["config"],
     ["run"],
     ["eval"],
+    ["study"],
 ]
 # Test folders that are not packages: shared helpers, whole runs, the scripts' tests.
 TEST_FOLDERS = {"helpers", "e2e", "scripts", "__pycache__"}

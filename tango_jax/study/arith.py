@@ -1,10 +1,10 @@
 """The miniature study: Tango against rule-reward GRPO and the fixed-verifier ablation, over
 seeds, with 95% intervals (docs/miniature.md reports it).
 
-    python scripts/study/study.py                                # seeds 1 2 3, runs/study/
-    python scripts/study/study.py --seeds 1 2 3 4 5 --jobs 2 --root runs/study5
-    python scripts/study/study.py --set schedule.total_steps=40  # any --config.<field> override
-    python scripts/study/study.py --summary-only                 # tables and plots of finished runs
+    python -m tango_jax.study                                # seeds 1 2 3, runs/study/
+    python -m tango_jax.study --seeds 1 2 3 4 5 --jobs 2 --root runs/study5
+    python -m tango_jax.study --set schedule.total_steps=40  # any --config.<field> override
+    python -m tango_jax.study --summary-only                 # tables and plots of finished runs
 
 For each seed S it runs `python -m tango_jax.train --config configs/tiny_arith.py[:variant]
 --config.seed=S` for the variants tango, grpo and fixed_verifier (a finished run is resumed,
@@ -29,7 +29,6 @@ of threshold alone cannot move. Seed 0 is the tuning seed: do not report it.
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import json
 import subprocess
@@ -122,7 +121,7 @@ def make_sft(root: Path, seed: int) -> str:
     t0 = time.perf_counter()
     cmd = [
         sys.executable,
-        str(Path(__file__).resolve().parents[1] / "assets" / "make_tiny_sft.py"),
+        str(Path(__file__).resolve().parents[2] / "scripts" / "assets" / "make_tiny_sft.py"),
         "--seed",
         str(seed),
     ]
@@ -389,62 +388,11 @@ def plot(results: dict, seeds: list[int], metrics: dict[str, str], path: Path) -
     plt.close(fig)
 
 
-def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument(
-        "--task",
-        default="arith",
-        choices=("arith", "last_letter"),
-        help="arith: configs/tiny_arith.py (this module); last_letter: configs/tiny_letters.py "
-        "with its arms and the claim-2 summary (scripts/study/study_letters.py)",
-    )
-    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    p.add_argument("--variants", nargs="+", default=None, help="arms (default: every one)")
-    p.add_argument("--root", default="runs/study")
-    p.add_argument("--jobs", type=int, default=1, help="runs at the same time")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="FIELD=VALUE",
-        help="a --config.FIELD=VALUE override for every run (repeatable)",
-    )
-    p.add_argument(
-        "--sft-from",
-        default="",
-        help="a directory with generator/ and verifier/ SFT checkpoints every run starts from "
-        "(default: the shipped tango_jax/assets/tiny_arith_sft/)",
-    )
-    p.add_argument(
-        "--sft-per-seed",
-        action="store_true",
-        help="each seed first makes its own SFT (scripts/assets/make_tiny_sft.py --seed S)",
-    )
-    p.add_argument(
-        "--length",
-        default="study",
-        choices=("study", "fast"),
-        help="last_letter: the runs' length (configs/tiny_letters.py): study, 36 generator "
-        "updates (docs/last_letter.md's results, ~6 h for the primary arms over 10 seeds); fast, "
-        "12 updates, ~3 h, where the oracle's gain and so the gate are lost (docs/last_letter.md, "
-        "'The short study')",
-    )
-    p.add_argument("--summary-only", action="store_true")
-    p.add_argument(
-        "--summary-dir",
-        default="",
-        help="last_letter: where results.json, table.md and fig4.png go (default --root)",
-    )
-    args = p.parse_args(argv)
-    if args.task != "last_letter" and args.length != "study":
-        p.error(f"--length {args.length}: only --task last_letter has lengths; leave it out.")
-    if args.task == "last_letter":
-        import study_letters
-
-        return study_letters.main(args)
+def main(args) -> int:
+    """The arithmetic study (`python -m tango_jax.study`; its arguments: study/__main__.py)."""
     args.variants = args.variants or list(VARIANTS)
     if set(args.variants) - set(VARIANTS):
-        p.error(f"--variants: choose from {VARIANTS}")
+        raise SystemExit(f"--variants: choose from {VARIANTS}")
     root = Path(args.root)
     root.mkdir(parents=True, exist_ok=True)
     if args.sft_from and args.sft_per_seed:
@@ -482,7 +430,3 @@ def main(argv: list[str]) -> int:
     plot(results, args.seeds, VERIFIER_METRICS, root / "curves_verifier.png")
     print(text)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,11 +1,11 @@
 """Claim 2 on the last-letter task: the arms of configs/tiny_letters.py over seeds, paired.
 
-    python scripts/study/study.py --task last_letter --seeds 1 2 3 --root runs/letters
-    python scripts/study/study.py --task last_letter --seeds 4 5 --root runs/letters  # later
-    python scripts/study/study.py --task last_letter --variants grpo oracle --seeds 0  # gate pilot
-    python scripts/study/study.py --task last_letter --length fast --seeds 1 2 3 \\
+    python -m tango_jax.study --task last_letter --seeds 1 2 3 --root runs/letters
+    python -m tango_jax.study --task last_letter --seeds 4 5 --root runs/letters  # later
+    python -m tango_jax.study --task last_letter --variants grpo oracle --seeds 0  # gate pilot
+    python -m tango_jax.study --task last_letter --length fast --seeds 1 2 3 \\
         --root runs/letters_fast --summary-dir docs/study/last_letter_fast  # a third the length
-    python scripts/study/study.py --task last_letter --summary-only --seeds 1 2 3 4 5 \\
+    python -m tango_jax.study --task last_letter --summary-only --seeds 1 2 3 4 5 \\
         --root runs/letters --summary-dir docs/study/last_letter
 
 Every arm (ARMS, or --variants: any config string of configs/tiny_letters.py, such as
@@ -43,12 +43,12 @@ import json
 from pathlib import Path
 
 import numpy as np
-import study
 from scipy import stats
 
 from tango_jax.config.run import sibling_config
 from tango_jax.eval import analysis
 from tango_jax.eval import paired_study as ps
+from tango_jax.study import arith as study
 
 CONFIG = str(Path(__file__).resolve().parents[2] / "configs" / "tiny_letters.py")
 ARMS = ("grpo", "oracle", "tango", "fixed_verifier")

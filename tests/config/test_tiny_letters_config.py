@@ -137,9 +137,9 @@ def test_the_fast_length_is_the_study_shortened_and_evaluated_on_trained_lengths
 
 
 def test_the_letters_study_runs_every_arm_at_the_study_length():
-    from scripts_loader import load_script
 
-    sl = load_script("study", "study_letters")
+    from tango_jax.study import letters as sl
+
     for arm in ("tango", "oracle,alpha0=0.5"):
         cmd = sl.study.command(Path("r"), arm, 3, [], "", sl.CONFIG, sl.OPTIONS)
         config = cmd[cmd.index("--config") + 1]

@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from scripts_loader import load_script
 
 from tango_jax.config.run import load_run_config, sibling_config
 from tango_jax.eval import step_probe
@@ -94,7 +93,8 @@ def test_fixed_generator_trains_only_the_verifier(tmp_path):
     )
     assert sft.keys() == end.keys() and all(np.array_equal(sft[k], end[k]) for k in sft)
     # the study's ranking table probes the run's own SFT verifier and its RL'd export
-    study = load_script("study", "study_letters").study
+    from tango_jax.study import arith as study
+
     ranks = study.ranking(tmp_path, [1], items=4, variants=["fixed_generator"])
     solutions, task = step_probe.bench(cfg.data, 4)
     v_sft, v_end = run_dir / "sft" / "verifier", run_dir / "hf" / "verifier"

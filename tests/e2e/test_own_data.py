@@ -130,4 +130,4 @@ def test_a_task_of_ones_own_in_one_file_trains(tmp_path):
     for role in ("generator", "verifier"):
         assert [r["step"] for r in read_metrics(tmp_path / "run" / "sft_logs" / role)] == [1, 2, 3]
     logged = (tmp_path / "run" / "rollouts" / "step_000001.jsonl").read_text()
-    assert "\"source\": \"toy-count\"" in logged and "Add 1" in logged
+    assert '"source": "toy-count"' in logged and "Add 1" in logged

@@ -20,7 +20,13 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
 
 
-def _script(name: str, folder: str = "study"):
+def _study():
+    from tango_jax.study import arith
+
+    return arith
+
+
+def _script(name: str, folder: str):
     spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / folder / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up there
@@ -114,7 +120,7 @@ def test_make_tiny_sft_runs_its_three_phases_and_writes_the_checkpoints(tmp_path
 
 
 def test_mean_ci_is_the_student_t_interval():
-    study = _script("study")
+    study = _study()
     x = [0.2, 0.5, 0.35]
     mean, half = study.mean_ci(x)
     assert mean == pytest.approx(0.35)
@@ -124,7 +130,7 @@ def test_mean_ci_is_the_student_t_interval():
 
 
 def test_the_study_table_reports_changes_and_paired_differences():
-    study = _script("study")
+    study = _study()
     f1, sampled = "eval/verifier/step_f1", "eval/generator/sampled_accuracy"
     results = {
         "tango": {
@@ -150,7 +156,7 @@ def test_location_skill_compares_with_a_no_skill_verifier_at_the_same_pass_rate(
     """One seed; after RL the verifier finds the first error on half the wrong solutions and
     passes half the right ones. No skill at pass rate 1/2 on 3-step items: found (1 - 1/2) / 3
     = 1/6, F1 = 2 (1/6)(1/2) / (2/3) = 1/4; the verifier's F1 = 1/2."""
-    study = _script("study")
+    study = _study()
     found, passed = "eval/verifier/step_acc_erroneous", "eval/verifier/step_acc_correct"
     results = {"tango": {"1": {found: [[0, 0.5], [36, 0.5]], passed: [[0, 0.0], [36, 0.5]]}}}
     text = study.location_skill(results, [1], ([0, 1, -1, -1], [3, 3, 3, 3]))
@@ -169,7 +175,7 @@ def test_ranking_probes_each_runs_start_and_final_verifier(tmp_path):
     from tango_jax.data import synthetic_labels
     from tango_jax.eval.step_probe import probe
 
-    study = _script("study")
+    study = _study()
     assets = ROOT / "tango_jax" / "assets" / "tiny_arith_sft"
     cfg = load_run_config(_tiny("tango"))
     cfg = dataclasses.replace(cfg, run_dir=str(study.run_dir(tmp_path, "tango", 1)))

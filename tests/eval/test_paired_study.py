@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from scipy import stats
-from scripts_loader import load_script
 
 from tango_jax.eval import paired_study as ps
 
@@ -53,7 +52,9 @@ def test_holm_by_hand():
 
 
 def _study_letters():
-    return load_script("study", "study_letters")  # it imports study.py
+    from tango_jax.study import letters
+
+    return letters
 
 
 def test_the_letters_table_and_gate_from_curves():
