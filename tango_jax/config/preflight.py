@@ -215,6 +215,16 @@ def check_paths(cfg: RunConfig) -> None:
                 f"({cfg.data.train_path}); lower it (--config.data.prompts_per_step="
                 f"{records['train']}) or add records.",
             )
+        if records["eval"] < cfg.data.eval_size:  # a cap, not a requirement: said, not refused
+            log.warning(
+                "data.eval_size (%d) is more than the %d records of data.eval_path (%s): each "
+                "held-out evaluation uses all %d (pass --config.data.eval_size=%d to say so)",
+                cfg.data.eval_size,
+                records["eval"],
+                cfg.data.eval_path,
+                records["eval"],
+                records["eval"],
+            )
     task_of(cfg.data)  # a task of one's own (data.task) imports and is made
     load_templates(cfg.data.prompt_style, cfg.data.template_files)  # files exist and check out
     if cfg.data.reward:  # imports, and is a function of (completion, answer, question)

@@ -29,6 +29,7 @@ fails before anything is written, in one line naming the field and the fix.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib
 import importlib.util
@@ -83,7 +84,7 @@ def load(spec: str, *, flag: str = f"config.{FIELD}") -> RewardFunction:
             raise fail(
                 spec,
                 f"names {name!r}, which module {module_name!r} ({module.__file__}) does not "
-                f"define; {_EXAMPLE}.",
+                f"define; {_own_functions(module, module_name, name)}.",
             )
         fn = getattr(fn, attr)
     if not callable(fn):
@@ -103,6 +104,22 @@ def load(spec: str, *, flag: str = f"config.{FIELD}") -> RewardFunction:
     except ValueError:  # a builtin without a signature: it will be tried as it is
         pass
     return fn
+
+
+def _own_functions(module, module_name: str, name: str) -> str:
+    """What the module does define, for the fix: the closest of its own functions by name,
+    or all of them, or how to write one."""
+    own = sorted(
+        n
+        for n, f in vars(module).items()
+        if inspect.isfunction(f) and f.__module__ == module.__name__ and not n.startswith("_")
+    )
+    if not own:
+        return "it defines no function; write one (completion, answer, question) -> [0, 1]"
+    close = difflib.get_close_matches(name, own, n=1)
+    if close:
+        return f"did you mean '{module_name}:{close[0]}'?"
+    return f"its functions: {', '.join(own)}"
 
 
 def module_root(spec: str) -> str:
