@@ -66,6 +66,36 @@ def jax_run(tmp_path_factory):
     return run_dir, final
 
 
+def _listed(path: Path, heading: str) -> set[str]:
+    """The top-level names in the run-directory listing under `heading` of a markdown file:
+    the path-like words (a '/', '.' or '_' in them) that open each entry's line."""
+    block = path.read_text().split(heading, 1)[1].split("```")[1]
+    names = set()
+    for line in block.splitlines():
+        if not line.startswith("  ") or line.startswith("   "):  # the root, or a continuation
+            continue
+        for word in line.split():
+            word = word.rstrip(",")
+            if not any(c in word for c in "/._"):
+                break  # the description starts
+            names.add(word.split("/")[0])
+    return names
+
+
+def test_the_readme_and_docs_list_what_a_run_writes(jax_run):
+    """What a run from scratch wrote (SFT, checkpoints, export, rollout logs) against the two
+    listings of it: docs/outputs.md names every entry, and each the README names is there
+    (run.lock is the train command's: test_sigterm_... finds it after a clean finish)."""
+    run_dir, _ = jax_run
+    written = {p.name for p in run_dir.iterdir()}
+    docs = _listed(ROOT / "docs" / "outputs.md", "## The run directory")
+    readme = _listed(ROOT / "README.md", "## What a run writes")
+    assert written <= docs, written - docs
+    assert readme - {"run.lock"} <= written, readme - written
+    assert readme >= {"config.json", "metrics.jsonl", "rollouts", "checkpoints", "hf", "run.lock"}
+    assert (run_dir / "rollouts" / "step_000001.jsonl").is_file()  # the README's example
+
+
 def test_run_writes_metrics_checkpoints_and_changes_both_models(jax_run):
     run_dir, final = jax_run
     rows = read_metrics(run_dir)
@@ -261,6 +291,7 @@ def test_sigterm_saves_the_step_in_flight_and_a_second_launch_is_refused(jax_run
     )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "resumed from step 3" in resumed.stdout
+    assert (copy / "run.lock").is_file()  # stays after a clean finish, free (docs/outputs.md)
     _assert_resumed_like(run_dir, copy)
     # The step-3 checkpoint is gone once a later one exists; keep counts the scheduled ones.
     assert RunCheckpointer(copy / "checkpoints", keep=3, read_only=True).all_steps() == [2, 4, 5]
