@@ -95,6 +95,7 @@ def random_batch(cfg, b: int, pl: int, rl: int, seed: int = 0) -> TrainBatch:
         advantages=rng.normal(size=(b, rl)).astype(np.float32),
         sample_weights=np.ones((b,), np.float32),
         sampler_logprobs=np.zeros((b, rl), np.float32),
+        truncated=np.zeros((b,), np.float32),
     )
 
 

@@ -29,7 +29,9 @@ class TrainBatch:
     response_mask: float32 [B, R] response tokens that carry loss;
     advantages: float32 [B, R] (zeros for SFT);
     sample_weights: float32 [B] per-sequence loss weights (the verifier's class weights; ones);
-    sampler_logprobs: float32 [B, R] log-probs the sampler reported (zeros if unknown).
+    sampler_logprobs: float32 [B, R] log-probs the sampler reported (zeros if unknown);
+    truncated: float32 [B] 1 where the completion was cut at max_tokens without an EOS (the
+    sampler's finish reason "length"; zeros if unknown), for `LossConfig.mask_truncated`.
     """
 
     input_ids: np.ndarray
@@ -38,6 +40,7 @@ class TrainBatch:
     advantages: np.ndarray
     sample_weights: np.ndarray
     sampler_logprobs: np.ndarray
+    truncated: np.ndarray
 
     @property
     def prompt_len(self) -> int:
@@ -62,6 +65,7 @@ def make_batch(
     sample_weights: Sequence[float] | None = None,
     sampler_logprobs: Sequence[Sequence[float]] | None = None,
     loss_masks: Sequence[Sequence[float] | None] | None = None,
+    truncated: Sequence[bool] | None = None,
     pad_id: int = 0,
     prompt_bucket: int = 16,
     response_bucket: int = 16,
@@ -73,7 +77,8 @@ def make_batch(
     `advantages` per row is a scalar (broadcast over the response tokens) or one value per
     response token. `loss_masks` per row (None: all ones) is one 0/1 value per response token:
     its zeros are response tokens the model sees but is not trained on (`response_mask` 0
-    there; the SFT of unlabelled step judgments). Prompts longer than `max_prompt_len` raise
+    there; the SFT of unlabelled step judgments). `truncated` per row (None: none) marks
+    completions cut at max_tokens. Prompts longer than `max_prompt_len` raise
     (truncating the left of a prompt silently would change the task); responses are already
     bounded by the sampler's max_tokens.
     """
@@ -120,4 +125,7 @@ def make_batch(
         if sample_weights is None
         else np.asarray(sample_weights, np.float32)
     )
-    return TrainBatch(ids, attn, resp_mask, adv, weights, lps)
+    cut = np.zeros((n,), np.float32) if truncated is None else np.asarray(truncated, np.float32)
+    if cut.shape != (n,):
+        raise ValueError(f"`truncated` has shape {cut.shape} for {n} rows; give one flag per row.")
+    return TrainBatch(ids, attn, resp_mask, adv, weights, lps, cut)

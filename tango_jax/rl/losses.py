@@ -28,6 +28,19 @@ from tango_jax.rl.vocab_blocks import blockwise_logprobs
 # PPO clipped surrogate.
 
 
+class RatioLevel(enum.Enum):
+    """Where the importance ratio ρ of the PPO surrogate lives."""
+
+    # ρ_t = π(y_t)/π_old(y_t) per token (PPO, GRPO, DAPO).
+    TOKEN = "token"
+    # GSPO (Zheng et al. 2025, arXiv 2507.18071, Eq. 7): one ratio per sequence,
+    # s = (π(y|x)/π_old(y|x))^(1/|y|) = exp(mean_t log ρ_t), clipped as a whole to
+    # [1 - clip_low, 1 + clip_high]; its gradient is the sequence's mean token gradient times
+    # s. The paper's clip ranges are ~1e-4 wide (3e-4 / 4e-4), not PPO's 0.2, and it averages
+    # over sequences (`seq-mean-token-mean`).
+    SEQUENCE = "sequence"
+
+
 def ppo_policy_loss(
     logp_BxT: jax.Array,
     old_logp_BxT: jax.Array,
@@ -38,6 +51,7 @@ def ppo_policy_loss(
     clip_high: float = 0.2,
     dual_clip: float | None = None,
     sample_weights_B: jax.Array | None = None,
+    ratio_level: RatioLevel | str = "token",
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Per-token PPO loss `max(-A·ρ, -A·clip(ρ, 1 - clip_low, 1 + clip_high))`, ρ = exp(logp - old).
 
@@ -45,6 +59,9 @@ def ppo_policy_loss(
     tokens with A < 0 is further capped at `-A·c` (dual-clip PPO, Ye et al. 2020).
     `sample_weights_B` (>= 0, e.g. the verifier's class weights) multiplies each sequence's loss,
     which for positive weights equals the official code multiplying both clip branches.
+    `ratio_level="sequence"` (GSPO) replaces each token's ρ by its sequence's
+    `s = exp(mean over the valid tokens of (logp - old))` (see `RatioLevel`), clipped the same
+    way, so every token of a sequence carries the same loss value.
 
     Returns (loss_BxT, stats) with 0 at masked-out tokens. stats, all [B, T] float32 (aggregate
     them with the same mask): `ratio` ρ; `clipfrac` 1 where the clipped branch is the larger
@@ -61,6 +78,11 @@ def ppo_policy_loss(
     adv = advantages[:, None] if advantages.ndim == 1 else advantages
     # where() before exp: garbage log-probs at padding must not overflow into NaN gradients.
     log_ratio = jnp.where(m, logp_BxT - old_logp_BxT, 0.0)
+    if RatioLevel(ratio_level) is RatioLevel.SEQUENCE:
+        tokens_Bx1 = m.sum(axis=1, keepdims=True)
+        log_ratio = jnp.broadcast_to(
+            log_ratio.sum(axis=1, keepdims=True) / jnp.maximum(tokens_Bx1, 1), log_ratio.shape
+        )
     ratio = jnp.exp(log_ratio)
     loss_unclipped = -adv * ratio
     loss_clipped = -adv * jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high)
@@ -155,10 +177,17 @@ class LossAggMode(enum.Enum):
     # Mean over micro-batches of each micro-batch's token mean: the official code, whose loss
     # therefore depends on the micro-batch size.
     MICROBATCH_TOKEN_MEAN = "microbatch-token-mean"
+    # Dr. GRPO (Liu et al. 2025, arXiv 2503.20783, Sec. 3.1): Σ_tokens / (#sequences · L) with a
+    # constant L (the generation budget, max_tokens), so no sequence's tokens weigh more for
+    # being in a short response and the loss does not depend on the lengths in the batch.
+    CONSTANT_NORM = "constant-norm"
 
 
 def aggregate(
-    values_BxT: jax.Array, mask_BxT: jax.Array, mode: LossAggMode | str = LossAggMode.TOKEN_MEAN
+    values_BxT: jax.Array,
+    mask_BxT: jax.Array,
+    mode: LossAggMode | str = LossAggMode.TOKEN_MEAN,
+    norm_tokens: int = 0,
 ) -> tuple[jax.Array, jax.Array]:
     """(sum, count) of one micro-batch such that Σ sums / Σ counts over micro-batches is the
     mode's mean over the whole mini-batch. [B, T] x2 -> two float32 scalars.
@@ -166,7 +195,8 @@ def aggregate(
     token-mean: (Σ masked values, #valid tokens). seq-mean-token-mean: (Σ over sequences of
     their token means, #sequences with a valid token). microbatch-token-mean: (this
     micro-batch's token mean, 1); an empty micro-batch gives (0, 1), where the official code
-    would produce NaN.
+    would produce NaN. constant-norm: (Σ masked values, B · `norm_tokens`), every row counted,
+    empty or not (`norm_tokens` >= 1 is Dr. GRPO's constant L; only this mode reads it).
     """
     mode = LossAggMode(mode)
     m = mask_BxT.astype(bool)
@@ -174,6 +204,13 @@ def aggregate(
     tokens_B = m.sum(axis=1).astype(jnp.float32)
     if mode is LossAggMode.TOKEN_MEAN:
         return masked.sum(), tokens_B.sum()
+    if mode is LossAggMode.CONSTANT_NORM:
+        if norm_tokens < 1:
+            raise ValueError(
+                f"`norm_tokens` ({norm_tokens}) must be >= 1 for constant-norm aggregation: "
+                "Dr. GRPO's constant, the generation budget (max_tokens)."
+            )
+        return masked.sum(), jnp.asarray(m.shape[0] * norm_tokens, jnp.float32)
     if mode is LossAggMode.SEQ_MEAN_TOKEN_MEAN:
         seq_means_B = masked.sum(axis=1) / jnp.maximum(tokens_B, 1.0)
         return seq_means_B.sum(), (tokens_B > 0).sum().astype(jnp.float32)

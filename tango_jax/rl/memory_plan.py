@@ -128,6 +128,7 @@ def abstract_batch(rows: int, prompt_len: int, response_len: int, mesh: Mesh) ->
         "advantages": ((rows, response_len), jnp.float32),
         "sample_weights": ((rows,), jnp.float32),
         "sampler_logprobs": ((rows, response_len), jnp.float32),
+        "truncated": ((rows,), jnp.float32),
     }
     return {k: jax.ShapeDtypeStruct(s, d, sharding=sharding) for k, (s, d) in spec.items()}
 

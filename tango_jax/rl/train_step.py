@@ -107,14 +107,28 @@ class LossConfig:
 
     objective: Objective = Objective.POLICY_GRADIENT  # pg | sft
     clip_low: float = 0.2  # PPO clip range (inert at ρ ≡ 1, the official one-step regime)
+    # Above 0.2: DAPO's clip-higher (Yu et al. 2025, arXiv 2503.14476; 0.28 there)
     clip_high: float = 0.2
     dual_clip: float | None = None  # dual-clip PPO constant (> 1); None: off
     kl_coef: float = 0.001  # β of the KL-to-reference term, in the loss
     kl_estimator: losses.KLEstimator = losses.KLEstimator.K3  # kl | abs | mse | low_var_kl
     entropy_coef: float = 0.001  # entropy bonus
-    # token-mean (exact over the mini-batch) | seq-mean-token-mean | microbatch-token-mean (the
-    # official code: depends on the micro-batch size)
+    # token-mean (exact over the mini-batch; DAPO's token-level loss) | seq-mean-token-mean
+    # (GRPO's per-sequence mean) | microbatch-token-mean (the official code: depends on the
+    # micro-batch size) | constant-norm (Dr. GRPO, Liu et al. 2025, arXiv 2503.20783: token sum
+    # / (sequences · norm_tokens))
     agg_mode: losses.LossAggMode = losses.LossAggMode.TOKEN_MEAN
+    # constant-norm's constant L: a role's trainer gets its rollout.max_tokens (derived, not set
+    # by hand); 0 outside a role (set it to the generation budget to use constant-norm there)
+    norm_tokens: int = 0
+    # Importance ratio: token (PPO/GRPO) | sequence (GSPO, Zheng et al. 2025, arXiv 2507.18071:
+    # ρ = exp(mean token log-ratio) per sequence, clipped whole; the paper pairs it with
+    # seq-mean-token-mean and clip_low 3e-4 / clip_high 4e-4). Needs use_sampler_logprobs:
+    # with ρ ≡ 1 both levels give the same loss and gradient in every agg_mode.
+    ratio_level: losses.RatioLevel = losses.RatioLevel.TOKEN
+    # DAPO's overlong filtering (arXiv 2503.14476, Sec. 3.4): completions cut at max_tokens
+    # without an EOS carry no loss (their rows' response mask is zeroed in the step).
+    mask_truncated: bool = False
     temperature: float = 1.0  # logits are divided by the sampling temperature (as the sampler)
     logprob_chunk: int = 256  # sequence chunk for the log-prob pass (memory, not numerics)
     # Vocabulary columns per block of the log-prob head (online log-sum-exp, custom backward:
@@ -139,8 +153,14 @@ class LossConfig:
                 "temperature": above(0, "; it divides the logits"),
                 "logprob_chunk": at_least(1),
                 "logprob_vocab_block": at_least(0, " (0: the whole vocabulary at once)"),
+                "norm_tokens": at_least(0, " (a role's trainer gets its rollout.max_tokens)"),
             },
         )
+        if self.agg_mode is losses.LossAggMode.CONSTANT_NORM:
+            check_fields(
+                self,
+                {"norm_tokens": at_least(1, " with agg_mode constant-norm: set it to max_tokens")},
+            )
         if self.dual_clip is not None:
             check_fields(self, {"dual_clip": above(1, "; None turns dual-clip off")})
 
@@ -221,25 +241,34 @@ def _split_dp(x, dp: int):
     return x.reshape(dp, x.shape[0] // dp, *x.shape[1:])
 
 
-def _agg(values_BxR, mask_BxR, mode: losses.LossAggMode, dp: int):
+def _agg(values_BxR, mask_BxR, cfg: LossConfig, dp: int):
     """(sum, count) of a micro-batch; microbatch-token-mean works per device micro-batch (as the
     official per-GPU micro-batches of `ppo_micro_batch_size_per_gpu` rows)."""
+    mode = cfg.agg_mode
     if mode is not losses.LossAggMode.MICROBATCH_TOKEN_MEAN or dp == 1:
-        return losses.aggregate(values_BxR, mask_BxR, mode)
+        return losses.aggregate(values_BxR, mask_BxR, mode, cfg.norm_tokens)
     sums, counts = jax.vmap(lambda v, m: losses.aggregate(v, m, mode))(
         _split_dp(values_BxR, dp), _split_dp(mask_BxR, dp)
     )
     return sums.sum(), counts.sum()
 
 
+def loss_batch(batch: dict, cfg: LossConfig) -> dict:
+    """`batch` with the response mask of the tokens that carry loss: with `mask_truncated`, the
+    rows whose completion hit max_tokens (`truncated` [B]) are zeroed, before any count."""
+    if not cfg.mask_truncated:
+        return batch
+    keep_B = 1.0 - batch["truncated"].astype(batch["response_mask"].dtype)
+    return batch | {"response_mask": batch["response_mask"] * keep_B[:, None]}
+
+
 def _micro_loss(params, graphdef, ref_params, batch, count_total, cfg: LossConfig, dp: int):
     """Loss contribution of one micro-batch (already divided by the global count) + stats."""
     model = nnx.merge(graphdef, params)
     mask = batch["response_mask"]
-    mode = cfg.agg_mode
     if cfg.objective is Objective.SFT:
         logp, _ = response_logprobs(model, batch, cfg, with_entropy=False)
-        nll_sum, _ = _agg(-logp, mask, mode, dp)
+        nll_sum, _ = _agg(-logp, mask, cfg, dp)
         return nll_sum / count_total, ({"loss/nll": nll_sum}, logp)
 
     logp, entropy = response_logprobs(model, batch, cfg, with_entropy=cfg.entropy_coef != 0)
@@ -253,6 +282,7 @@ def _micro_loss(params, graphdef, ref_params, batch, count_total, cfg: LossConfi
         clip_high=cfg.clip_high,
         dual_clip=cfg.dual_clip,
         sample_weights_B=batch["sample_weights"],
+        ratio_level=cfg.ratio_level,
     )
     if cfg.tis_cap is not None:
         tis = jnp.minimum(
@@ -266,12 +296,12 @@ def _micro_loss(params, graphdef, ref_params, batch, count_total, cfg: LossConfi
     total = losses.total_loss_per_token(
         pg, entropy_BxT=entropy, entropy_coef=cfg.entropy_coef, kl_BxT=kl, kl_coef=cfg.kl_coef
     )
-    loss_sum, _ = _agg(total, mask, mode, dp)
-    sums = {"loss/pg": _agg(pg, mask, mode, dp)[0]}
+    loss_sum, _ = _agg(total, mask, cfg, dp)
+    sums = {"loss/pg": _agg(pg, mask, cfg, dp)[0]}
     if kl is not None:
-        sums["loss/kl"] = _agg(kl, mask, mode, dp)[0]
+        sums["loss/kl"] = _agg(kl, mask, cfg, dp)[0]
     if entropy is not None:
-        sums["loss/entropy"] = _agg(entropy, mask, mode, dp)[0]
+        sums["loss/entropy"] = _agg(entropy, mask, cfg, dp)[0]
     for name in ("ratio", "clipfrac", "dual_clipfrac", "ppo_kl"):  # masked token sums
         sums[name] = jnp.sum(st[name])
     sums["max_ratio"] = jnp.where(mask > 0, st["ratio"], -jnp.inf).max()
@@ -299,13 +329,13 @@ def accumulate(params, ref_params, batch, *, graphdef, cfg: TrainerConfig, dp):
 
     Returns (loss, grads (float32), stat sums, count_total, logp [B, R]).
     """
+    batch = loss_batch(batch, cfg.loss)
     b = batch["input_ids"].shape[0]
     mb = cfg.micro_batch_size
     m = b // mb
     # [B, ...] -> [M, mb, ...], interleaved so each micro-batch spans every data shard.
     micro = jax.tree.map(lambda x: x.reshape(mb, m, *x.shape[1:]).swapaxes(0, 1), batch)
-    mode = cfg.loss.agg_mode
-    count_total = jax.vmap(lambda mask: _agg(jnp.zeros_like(mask), mask, mode, dp)[1])(
+    count_total = jax.vmap(lambda mask: _agg(jnp.zeros_like(mask), mask, cfg.loss, dp)[1])(
         micro["response_mask"]
     ).sum()
     count_total = jnp.maximum(count_total, 1.0)
@@ -359,7 +389,7 @@ def train_step(params, opt_state, ref_params, batch, *, graphdef, tx, cfg: Train
     keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(ok, n, o), new, old)
     new_params, new_opt_state = keep(new_params, params), keep(new_opt_state, opt_state)
 
-    tokens = batch["response_mask"].sum()
+    tokens = loss_batch(batch, cfg.loss)["response_mask"].sum()
     metrics = {
         "loss": loss,
         "grad_norm": grad_norm,

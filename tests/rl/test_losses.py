@@ -175,6 +175,22 @@ def test_aggregation_modes_across_micro_batch_splits():
     assert abs(per_split[1] - per_split[4]) > 1e-3 and abs(per_split[2] - per_split[4]) > 1e-3
 
 
+def test_constant_norm_counts_every_row_at_the_budget():
+    """Dr. GRPO: Σ values / (rows · L) whatever the lengths, empty rows and splits."""
+    rng = np.random.default_rng(5)
+    values = rng.normal(size=(8, T)).astype(np.float32)
+    mask = masks(rng, batch=8, empty_rows=(2,))
+    want = values[mask > 0].sum() / (8 * 32)
+    for num_micro in (1, 2, 4):
+        sums = counts = 0.0
+        for v, m in zip(np.split(values, num_micro), np.split(mask, num_micro)):
+            s, c = losses.aggregate(v, m, "constant-norm", 32)
+            sums, counts = sums + float(s), counts + float(c)
+        assert sums / counts == pytest.approx(want)
+    with pytest.raises(ValueError, match=r"`norm_tokens` \(0\) must be >= 1"):
+        losses.aggregate(values, mask, "constant-norm")
+
+
 def test_aggregate_empty_inputs():
     zeros = jnp.zeros((2, 3))
     assert [float(x) for x in losses.aggregate(zeros + 7, zeros, "token-mean")] == [0.0, 0.0]

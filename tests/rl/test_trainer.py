@@ -14,7 +14,7 @@ from tango_jax.models import Transformer, presets
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
 from tango_jax.parallel.partition import shard_model
 from tango_jax.rl.batch import make_batch
-from tango_jax.rl.losses import LossAggMode
+from tango_jax.rl.losses import LossAggMode, RatioLevel
 from tango_jax.rl.train_step import LossConfig, Objective, OptimizerConfig, TrainerConfig
 from tango_jax.rl.trainer import Trainer
 
@@ -30,7 +30,7 @@ def _mesh1():
     return make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
 
 
-def _batch(rows=8, seed=0, scalar_adv=False):
+def _batch(rows=8, seed=0, scalar_adv=False, truncated=None):
     rng = np.random.default_rng(seed)
     prompts = [rng.integers(2, 64, size=rng.integers(2, 9)).tolist() for _ in range(rows)]
     responses = [rng.integers(2, 64, size=rng.integers(1, 12)).tolist() for _ in range(rows)]
@@ -46,6 +46,7 @@ def _batch(rows=8, seed=0, scalar_adv=False):
         advantages=adv,
         sample_weights=weights,
         sampler_logprobs=lps,
+        truncated=truncated,
         prompt_bucket=8,
         response_bucket=8,
     )
@@ -68,12 +69,19 @@ def _np_loss(policy, ref, batch, cfg: LossConfig, micro_batch_size: int):
     per_token, masks = [], []
     for i in range(batch.size):
         n = int(batch.response_mask[i].sum())
+        if cfg.mask_truncated and batch.truncated[i]:
+            per_token.append(np.zeros(0))
+            masks.append(0)
+            continue
         lp_all = _np_logsoftmax(logits[i, p - 1 : p - 1 + n] / cfg.temperature)
         ref_all = _np_logsoftmax(ref_logits[i, p - 1 : p - 1 + n] / cfg.temperature)
         tgt = ids[i, p : p + n]
         logp, ref_logp = lp_all[np.arange(n), tgt], ref_all[np.arange(n), tgt]
         old = batch.sampler_logprobs[i, :n] if cfg.use_sampler_logprobs else logp
-        ratio = np.exp(logp - old)
+        log_ratio = logp - old
+        if cfg.ratio_level is RatioLevel.SEQUENCE:  # GSPO: one length-normalised ratio
+            log_ratio = np.full(n, log_ratio.mean())
+        ratio = np.exp(log_ratio)
         adv = batch.advantages[i, :n]
         pg = np.maximum(-adv * ratio, -adv * np.clip(ratio, 1 - cfg.clip_low, 1 + cfg.clip_high))
         pg = pg * batch.sample_weights[i]
@@ -86,7 +94,9 @@ def _np_loss(policy, ref, batch, cfg: LossConfig, micro_batch_size: int):
     if cfg.agg_mode is LossAggMode.TOKEN_MEAN:
         return np.concatenate(per_token).sum() / sum(masks)
     if cfg.agg_mode is LossAggMode.SEQ_MEAN_TOKEN_MEAN:
-        return np.mean([t.mean() for t in per_token])
+        return np.mean([t.mean() for t in per_token if len(t)])
+    if cfg.agg_mode is LossAggMode.CONSTANT_NORM:  # Dr. GRPO: every row counts norm_tokens
+        return np.concatenate(per_token).sum() / (batch.size * cfg.norm_tokens)
     # micro-batch token mean over interleaved micro-batches (rows m, m+M, ...)
     m = batch.size // micro_batch_size
     means = [
@@ -95,7 +105,8 @@ def _np_loss(policy, ref, batch, cfg: LossConfig, micro_batch_size: int):
     return np.mean(means)
 
 
-@pytest.mark.parametrize("agg", list(LossAggMode))
+# constant-norm goes through the step in the GSPO test below (one compile, not two more)
+@pytest.mark.parametrize("agg", [m for m in LossAggMode if m is not LossAggMode.CONSTANT_NORM])
 @pytest.mark.parametrize("sampler_ratio", [False, True])
 def test_loss_equals_numpy_reference(agg, sampler_ratio):
     loss_cfg = LossConfig(
@@ -113,6 +124,32 @@ def test_loss_equals_numpy_reference(agg, sampler_ratio):
     want = _np_loss(policy, ref, batch, loss_cfg, micro_batch_size=2)
     loss, _ = trainer.loss_and_grads(batch)
     np.testing.assert_allclose(loss, want, rtol=2e-5, atol=1e-6)
+
+
+def test_gspo_masked_truncations_and_constant_norm_equal_numpy_reference():
+    """Sequence-level ratio (GSPO), truncated rows masked out and Dr. GRPO's constant
+    normaliser, through the jitted step (two micro-batches), against the NumPy reference."""
+    loss_cfg = LossConfig(
+        agg_mode=LossAggMode.CONSTANT_NORM,
+        norm_tokens=16,
+        ratio_level=RatioLevel.SEQUENCE,
+        mask_truncated=True,
+        use_sampler_logprobs=True,
+        clip_low=0.1,
+        clip_high=0.15,
+        kl_coef=0.05,
+        entropy_coef=0.01,
+    )
+    policy, ref = _model(0), _model(1)
+    batch = _batch(truncated=[0, 1, 0, 0, 1, 0, 0, 0])
+    trainer = Trainer(
+        policy, TrainerConfig(loss=loss_cfg, micro_batch_size=2), mesh=_mesh1(), ref_model=ref
+    )
+    want = _np_loss(policy, ref, batch, loss_cfg, micro_batch_size=2)
+    loss, _ = trainer.loss_and_grads(batch)
+    np.testing.assert_allclose(loss, want, rtol=2e-5, atol=1e-6)
+    off = _np_loss(policy, ref, batch, dataclasses.replace(loss_cfg, mask_truncated=False), 2)
+    assert abs(off - want) > 1e-3  # the masked rows did carry loss
 
 
 def _flat(grads):
