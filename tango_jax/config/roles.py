@@ -9,12 +9,22 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 
 from tango_jax.models.config import ATTENTION_KERNELS, dtype_from_name
 from tango_jax.models.presets import PRESETS
 from tango_jax.rl.train_step import TrainerConfig
 from tango_jax.rollout.vllm.config import VLLMConfig
-from tango_jax.schema import Rule, above, at_least, check_fields, one_of, within
+from tango_jax.schema import (
+    Rule,
+    above,
+    apply_derived,
+    at_least,
+    check_fields,
+    derived,
+    one_of,
+    within,
+)
 
 
 class SamplerBackend(enum.Enum):
@@ -68,11 +78,20 @@ class RolloutSettings:
     top_p: float = 1.0
     top_k: int = -1  # -1: off
     max_tokens: int = 2048
+    # DAPO's soft overlong punishment (Yu et al. 2025, arXiv 2503.14476, Eq. 13; rl/overlong.py):
+    # a completion longer than max_tokens - overlong_buffer tokens gets a reward term falling
+    # linearly to -overlong_penalty at max_tokens (DAPO: 4096 of 20480, penalty 1). 0: off.
+    overlong_buffer: int = 0
+    overlong_penalty: float = 1.0  # what the soft penalty subtracts at max_tokens (DAPO: 1)
 
     def __post_init__(self):
         check_fields(
             self,
             {
+                "overlong_buffer": within(
+                    0, self.max_tokens, why=" (max_tokens; 0 turns the soft overlong penalty off)"
+                ),
+                "overlong_penalty": within(0.0, math.inf, open_hi=True),
                 "n": at_least(1),
                 "temperature": above(0, " for training rollouts (evaluation is greedy anyway)"),
                 "top_p": within(0.0, 1.0, open_lo=True, why="; 1.0 turns nucleus sampling off"),
@@ -121,9 +140,15 @@ class RoleConfig:
     sampler: SamplerSettings = SamplerSettings()
     rollout: RolloutSettings = RolloutSettings()
     eval_max_tokens: int = 0  # greedy evaluation budget; 0: rollout.max_tokens
-    trainer: TrainerConfig = TrainerConfig()
+    trainer: TrainerConfig = dataclasses.field(
+        default=TrainerConfig(),
+        metadata=derived(
+            **{"loss.norm_tokens": ("rollout.max_tokens", lambda c: c.rollout.max_tokens)}
+        ),
+    )
 
     def __post_init__(self):
+        apply_derived(self)
         dtypes = one_of(("float32", "bfloat16", "float16"))  # models.config.dtype_from_name's
         check_fields(
             self,

@@ -33,7 +33,7 @@ from tango_jax.metrics.rollouts import RolloutLogConfig
 from tango_jax.metrics.wandb import WandbConfig
 from tango_jax.parallel.distributed import DistributedConfig
 from tango_jax.parallel.mesh import MeshConfig
-from tango_jax.rl.advantages import AdvantageEstimator
+from tango_jax.rl.advantages import AdvantageEstimator, AdvantageScaling
 from tango_jax.schema import (
     ConfigError,
     Rule,
@@ -74,6 +74,10 @@ class AlgorithmConfig:
     # for GRPO and RLOO, 0.5 for REINFORCE++.
     alpha: AlphaSchedule = AlphaSchedule()
     eps: float = 1e-6
+    # What GRPO divides r - (group mean) by: group (the group's std, the paper) | batch (the
+    # std of all the step's rewards) | none (Dr. GRPO, Liu et al. 2025, arXiv 2503.20783).
+    # GRPO only; Tango's step advantage keeps its own group std (process_advantages.py).
+    advantage_scaling: AdvantageScaling = AdvantageScaling.GROUP
     rloo_step_scale: float = 10.0  # the official hard-coded x10 on RLOO's step advantage
     reinforce_pp_baseline: bool = False  # subtract the group mean before whitening
     # Weight of the rule-based reward vs the verifier's final verdict in the generator's outcome
@@ -105,6 +109,17 @@ class AlgorithmConfig:
                 "generator_format_weight": within(0.0, math.inf, open_hi=True),
                 "verifier_format_weight": within(0.0, math.inf, open_hi=True),
                 "oracle_flip_prob": within(0.0, 1.0),
+            },
+        )
+        grpo = self.estimator is AdvantageEstimator.GRPO
+        check_fields(
+            self,
+            {
+                "advantage_scaling": Rule(
+                    lambda a: grpo or a is AdvantageScaling.GROUP,
+                    f"is GRPO's option, not {self.estimator.value}'s (RLOO divides by nothing, "
+                    "REINFORCE++ by the batch std): set it to group or the estimator to grpo.",
+                )
             },
         )
 

@@ -106,19 +106,46 @@ def masked_whiten(x_BxT: jax.Array, mask_BxT: jax.Array) -> jax.Array:
 # Outcome advantages.
 
 
-@functools.partial(jax.jit, static_argnames=("group_size", "eps"))
-def grpo_outcome_advantages(rewards_B: jax.Array, group_size: int, eps: float = 1e-6) -> jax.Array:
+class AdvantageScaling(enum.Enum):
+    """What GRPO divides `r - mean_g` by."""
+
+    GROUP = "group"  # the group's std (GRPO, Shao et al. 2024, arXiv 2402.03300)
+    # The std of every reward in the batch (Hu et al. 2025, REINFORCE++'s and Liu et al.'s
+    # robust alternative: a group of near-equal rewards is not blown up to unit scale)
+    BATCH = "batch"
+    # Nothing (Dr. GRPO, Liu et al. 2025, arXiv 2503.20783, Sec. 3.1: the std division
+    # up-weights groups of too easy or too hard questions)
+    NONE = "none"
+
+
+@functools.partial(jax.jit, static_argnames=("group_size", "eps", "scaling"))
+def grpo_outcome_advantages(
+    rewards_B: jax.Array,
+    group_size: int,
+    eps: float = 1e-6,
+    scaling: AdvantageScaling = AdvantageScaling.GROUP,
+) -> jax.Array:
     """GRPO group z-score: `(r - mean_g) / (std_g + eps)`, unbiased std. [B] -> [B].
 
     A group of one uses mean 0 and std 1 (the official convention), so its advantage is
-    `r / (1 + eps)`. All-equal rewards in a group give exactly 0.
+    `r / (1 + eps)`. All-equal rewards in a group give exactly 0. `scaling` batch divides by
+    `std_batch + eps` instead (the unbiased std of all B rewards; a group of one still has mean
+    0), none by nothing (a group of one then gets r).
     """
     rewards_B = jnp.asarray(rewards_B, jnp.float32)
     check_groups(rewards_B.shape[0], group_size)
-    if group_size == 1:
-        return rewards_B / (1.0 + eps)
-    dev_PxG, std_P = _group_deviations(rewards_B, group_size)
-    return (dev_PxG / (std_P[:, None] + eps)).reshape(-1)
+    scaling = AdvantageScaling(scaling)
+    if scaling is AdvantageScaling.GROUP:
+        if group_size == 1:
+            return rewards_B / (1.0 + eps)
+        dev_PxG, std_P = _group_deviations(rewards_B, group_size)
+        return (dev_PxG / (std_P[:, None] + eps)).reshape(-1)
+    dev_B = rewards_B if group_size == 1 else _group_deviations(rewards_B, group_size)[0]
+    dev_B = dev_B.reshape(-1)
+    if scaling is AdvantageScaling.NONE:
+        return dev_B
+    _, _, std_1, _ = group_stats(rewards_B[None, :], jnp.ones((1, rewards_B.shape[0]), bool))
+    return dev_B / (std_1[0] + eps)
 
 
 @functools.partial(jax.jit, static_argnames=("group_size",))
@@ -165,15 +192,16 @@ class AdvantageEstimator(enum.Enum):
     REINFORCE_PP = "reinforce_plus_plus"
 
 
-# Each entry: (rewards_B, response_mask_BxT, group_size, eps, reinforce_pp_baseline) -> [B, T].
+# Each entry: (rewards_B, response_mask_BxT, group_size, eps, reinforce_pp_baseline, scaling)
+# -> [B, T].
 OUTCOME_ESTIMATORS: dict[AdvantageEstimator, Callable[..., jax.Array]] = {
-    AdvantageEstimator.GRPO: lambda r, mask, g, eps, _baseline: broadcast_to_tokens(
-        grpo_outcome_advantages(r, g, eps), mask
+    AdvantageEstimator.GRPO: lambda r, mask, g, eps, _baseline, scaling: broadcast_to_tokens(
+        grpo_outcome_advantages(r, g, eps, scaling), mask
     ),
-    AdvantageEstimator.RLOO: lambda r, mask, g, _eps, _baseline: broadcast_to_tokens(
+    AdvantageEstimator.RLOO: lambda r, mask, g, _eps, _baseline, _scaling: broadcast_to_tokens(
         rloo_outcome_advantages(r, g), mask
     ),
-    AdvantageEstimator.REINFORCE_PP: lambda r, mask, g, _eps, baseline: (
+    AdvantageEstimator.REINFORCE_PP: lambda r, mask, g, _eps, baseline, _scaling: (
         reinforce_pp_outcome_advantages(r, mask, g if baseline else None)
     ),
 }
@@ -187,14 +215,20 @@ def outcome_advantages(
     *,
     eps: float = 1e-6,
     reinforce_pp_baseline: bool = False,
+    scaling: AdvantageScaling | str = AdvantageScaling.GROUP,
 ) -> jax.Array:
     """The outcome advantage of `estimator` on every valid token: [B], [B, T] -> [B, T].
 
-    `eps` is GRPO's std floor; `reinforce_pp_baseline` subtracts the group mean before
-    REINFORCE++'s batch whitening (off in the official code). Each estimator ignores the
-    options that are not its own.
+    `eps` is GRPO's std floor and `scaling` what GRPO divides by; `reinforce_pp_baseline`
+    subtracts the group mean before REINFORCE++'s batch whitening (off in the official code).
+    Each estimator ignores the options that are not its own.
     """
     estimator = AdvantageEstimator(estimator)
     return OUTCOME_ESTIMATORS[estimator](
-        rewards_B, response_mask_BxT, group_size, eps, reinforce_pp_baseline
+        rewards_B,
+        response_mask_BxT,
+        group_size,
+        eps,
+        reinforce_pp_baseline,
+        AdvantageScaling(scaling),
     )

@@ -34,7 +34,8 @@ from tango_jax.metrics.rollouts import RolloutLog
 from tango_jax.metrics.writer import PhaseTimer
 from tango_jax.rl.advantages import outcome_advantages
 from tango_jax.rl.batch import TrainBatch, make_batch
-from tango_jax.rollout.base import Prompt
+from tango_jax.rl.overlong import overlong_penalty
+from tango_jax.rollout.base import FinishReason, Prompt
 from tango_jax.rollout.drift import logprob_drift
 from tango_jax.run import feedback, oracle_feedback, rollout_rows
 from tango_jax.run.feedback import Rollouts
@@ -250,6 +251,7 @@ def _batch(role: Role, prompts, completions, **kw) -> TrainBatch:
         [p.token_ids for p in prompts],
         [c.token_ids for c in completions],
         sampler_logprobs=[c.logprobs for c in completions],
+        truncated=[c.finish_reason is FinishReason.LENGTH for c in completions],
         pad_id=role.model.config.pad_token_id or 0,
         prompt_bucket=role.config.sampler.prompt_bucket,
         response_bucket=role.config.response_bucket,
@@ -298,6 +300,8 @@ def generator_step(
             for k, v in feedback.process_metrics(solutions, judged).items()
         }
     rewards_b = _generator_rewards(solutions, judged, alg)
+    rewards_b, overlong = _with_overlong_penalty(gen, rewards_b, completions)
+    metrics |= overlong
     batch = _batch(gen, [p for p in prompts for _ in range(n)], completions)
     # The α blend applies when this run has a step term (TANGO_SPEC §2.3): then (1-α) scales
     # A_out even in a batch where no step reward aligned (§11). A run without one (no
@@ -322,6 +326,7 @@ def generator_step(
         eps=alg.eps,
         rloo_step_scale=alg.rloo_step_scale,
         reinforce_pp_baseline=alg.reinforce_pp_baseline,
+        scaling=alg.advantage_scaling,
     )
     batch = dataclasses.replace(batch, advantages=np.asarray(a, np.float32))
     if log := _rollout_log_due(ctx, rollouts.step):
@@ -351,6 +356,23 @@ def generator_step(
         "generator/zero_var_groups": _zero_var_share(rewards_b, n),
     } | _rollout_metrics("generator", completions)
     return metrics
+
+
+def _with_overlong_penalty(
+    role: Role, rewards: np.ndarray, completions
+) -> tuple[np.ndarray, dict[str, float]]:
+    """`rewards` plus DAPO's soft overlong penalty where the role's rollout sets a buffer (else
+    unchanged), and its mean as a metric."""
+    rollout = role.config.rollout
+    if not rollout.overlong_buffer:
+        return rewards, {}
+    penalty = overlong_penalty(
+        [len(c.token_ids) for c in completions],
+        rollout.max_tokens,
+        rollout.overlong_buffer,
+        rollout.overlong_penalty,
+    )
+    return rewards + penalty, {f"{role.name}/overlong_penalty/mean": float(penalty.mean())}
 
 
 def _zero_var_share(rewards_b: np.ndarray, group_size: int) -> float:
@@ -395,6 +417,7 @@ def verifier_step(
     flat = [j for row in judged for j in row]  # solution-major: rows i*n .. i*n+n-1
     labels = np.repeat([s.correct for s in solutions], n)
     rewards_v = np.asarray([j.reward for j in flat], np.float32)
+    rewards_v, overlong = _with_overlong_penalty(ver, rewards_v, [j.completion for j in flat])
     weights = None
     if alg.class_reweight is not None:
         class_state = update_class_balance(class_state, labels, alg.class_ema_decay)
@@ -412,12 +435,13 @@ def verifier_step(
         n,
         eps=alg.eps,
         reinforce_pp_baseline=alg.reinforce_pp_baseline,
+        scaling=alg.advantage_scaling,
     )
     batch = dataclasses.replace(batch, advantages=np.asarray(a, np.float32))
     if log := _rollout_log_due(ctx, rollouts.step):
         rows = rollout_rows.verifier_rows(rollouts, batch.advantages[:, 0], max_rows=log.max_rows)
         log.write(rollouts.step, rows, phase=rollout_rows.phase_name(rollouts))
-    metrics = {f"verifier/solutions/{k}": v for k, v in reward_metrics.items()}
+    metrics = {f"verifier/solutions/{k}": v for k, v in reward_metrics.items()} | overlong
     metrics["verifier/policy_lag"] = _lag(ver, [j.completion for j in flat])
     metrics["verifier/solutions/generator_lag"] = _lag(gen, [s.completion for s in solutions])
     metrics |= _side_drift(ctx, gen, prompts, [s.completion for s in solutions], timer)

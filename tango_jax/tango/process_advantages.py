@@ -31,6 +31,7 @@ import jax.numpy as jnp
 
 from tango_jax.rl.advantages import (
     AdvantageEstimator,
+    AdvantageScaling,
     check_groups,
     group_stats,
     masked_whiten,
@@ -245,18 +246,26 @@ def blended_advantages(
     eps: float = 1e-6,
     rloo_step_scale: float = 10.0,
     reinforce_pp_baseline: bool = False,
+    scaling: AdvantageScaling | str = AdvantageScaling.GROUP,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Outcome and step advantages of one estimator, weighted and summed. -> 3 x [B, T].
 
     Returns (A, w_out·A_out, w_step·A_step), the last two for metrics. `weights` comes from
     `AlphaSchedule.weights(t)`; without step rewards A_step is 0 and A = w_out·A_out.
     `reinforce_pp_baseline` subtracts the group mean before REINFORCE++'s batch whitening (off
-    in the official code).
+    in the official code); `scaling` is GRPO's outcome scaling (the step term keeps its group
+    std).
     """
     estimator = AdvantageEstimator(estimator)
     mask = response_mask_BxT
     a_out = outcome_advantages(
-        estimator, rewards_B, mask, group_size, eps=eps, reinforce_pp_baseline=reinforce_pp_baseline
+        estimator,
+        rewards_B,
+        mask,
+        group_size,
+        eps=eps,
+        reinforce_pp_baseline=reinforce_pp_baseline,
+        scaling=scaling,
     )
     if step_rewards_BxNxT is None:
         a_step = jnp.zeros_like(a_out)

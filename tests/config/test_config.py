@@ -147,6 +147,14 @@ def _assert_rejected(path, value, message):
         (("generator", "remat"), "yes", "config.generator.remat: expected true/false"),
         (("verifier", "trainer", "loss", "dual_clip"), "x", "dual_clip"),
         (("data", "arith", "ops"), ["add", "pow"], "config.data.arith.ops\\[1\\]: 'pow'"),
+        (("algorithm", "advantage_scaling"), "std", "config.algorithm.advantage_scaling: 'std'"),
+        (("generator", "trainer", "loss", "ratio_level"), "seq", "loss.ratio_level: 'seq'"),
+        (
+            ("verifier", "rollout", "overlong_buffer"),
+            10**6,
+            r"config.verifier.rollout.overlong_buffer \(1000000\) must be in \[0, ",
+        ),
+        (("generator", "trainer", "loss", "norm_tokens"), 8, "set from rollout.max_tokens"),
     ],
 )
 def test_bad_values_are_named(path, value, message):
@@ -162,6 +170,19 @@ def test_cross_field_errors():
     d["generator"]["model"]["path"] = "/some/dir"  # and preset is set too
     with pytest.raises(ConfigError, match="exactly one of path"):
         load_run_config(d)
+
+
+def test_advantage_scaling_is_grpo_only_and_norm_tokens_follow_max_tokens():
+    d = _tiny()
+    d["algorithm"]["estimator"] = "rloo"
+    d["algorithm"]["advantage_scaling"] = "none"
+    with pytest.raises(ConfigError, match="config.algorithm.advantage_scaling .* GRPO's option"):
+        load_run_config(d)
+    d = _tiny()
+    d["verifier"]["rollout"]["max_tokens"] = 96
+    cfg = load_run_config(d)  # Dr. GRPO's constant is the role's generation budget
+    assert cfg.verifier.trainer.loss.norm_tokens == 96
+    assert cfg.generator.trainer.loss.norm_tokens == cfg.generator.rollout.max_tokens
 
 
 def test_command_line_overrides_reach_the_typed_config():

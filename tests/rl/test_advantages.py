@@ -66,6 +66,19 @@ def test_group_of_one():
     assert np.all(np.asarray(adv.rloo_outcome_advantages(rewards, 1)) == 0.0)
 
 
+def test_batch_and_no_scaling_hand_worked():
+    """Two groups of two: deviations ±0.5 and ±0.25; the batch std of [1, 0, 0.5, 0] is
+    sqrt(0.6875 / 3); Dr. GRPO keeps the deviations; a group of one has mean 0."""
+    rewards = np.array([1.0, 0.0, 0.5, 0.0], np.float32)
+    dev = np.array([0.5, -0.5, 0.25, -0.25])
+    none = adv.grpo_outcome_advantages(rewards, 2, scaling=adv.AdvantageScaling.NONE)
+    np.testing.assert_allclose(none, dev, rtol=1e-6)
+    batch = adv.grpo_outcome_advantages(rewards, 2, scaling=adv.AdvantageScaling.BATCH)
+    np.testing.assert_allclose(batch, dev / (math.sqrt(0.6875 / 3) + EPS), rtol=1e-6)
+    one = adv.grpo_outcome_advantages(rewards, 1, scaling=adv.AdvantageScaling.NONE)
+    np.testing.assert_allclose(one, rewards)
+
+
 def test_reinforce_pp_weighs_tokens_not_sequences():
     # Two sequences, rewards 1 and 0, lengths 3 and 1: the token-weighted mean is 0.75.
     mask = np.array([[1, 1, 1], [1, 0, 0]], np.float32)
