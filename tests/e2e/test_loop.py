@@ -69,8 +69,13 @@ def jax_run(tmp_path_factory):
 def _listed(path: Path, heading: str) -> set[str]:
     """The top-level names in the run-directory listing under `heading` of a markdown file:
     the path-like words (a '/', '.' or '_' in them) that open each entry's line."""
+    return {p.split("/")[0] for p in _listed_paths(path, heading)}
+
+
+def _listed_paths(path: Path, heading: str) -> list[str]:
+    """The paths themselves ("rollouts/step_000001.jsonl", "sft/<role>/", ...)."""
     block = path.read_text().split(heading, 1)[1].split("```")[1]
-    names = set()
+    paths = []
     for line in block.splitlines():
         if not line.startswith("  ") or line.startswith("   "):  # the root, or a continuation
             continue
@@ -78,8 +83,8 @@ def _listed(path: Path, heading: str) -> set[str]:
             word = word.rstrip(",")
             if not any(c in word for c in "/._"):
                 break  # the description starts
-            names.add(word.split("/")[0])
-    return names
+            paths.append(word)
+    return paths
 
 
 def test_the_readme_and_docs_list_what_a_run_writes(jax_run):
@@ -93,7 +98,12 @@ def test_the_readme_and_docs_list_what_a_run_writes(jax_run):
     assert written <= docs, written - docs
     assert readme - {"run.lock"} <= written, readme - written
     assert readme >= {"config.json", "metrics.jsonl", "rollouts", "checkpoints", "hf", "run.lock"}
-    assert (run_dir / "rollouts" / "step_000001.jsonl").is_file()  # the README's example
+    for path in _listed_paths(ROOT / "README.md", "## What a run writes"):
+        if path != "run.lock":  # a path as the README writes it exists ("<step>": any one)
+            where = path.split("<")[0].rstrip("/")
+            assert (run_dir / where).exists(), path
+            if "<" in path:
+                assert any((run_dir / where).iterdir()), path
 
 
 def test_run_writes_metrics_checkpoints_and_changes_both_models(jax_run):
