@@ -31,7 +31,8 @@ def test_load_returns_the_named_function():
          "no_such_module_xyz.py in the directory the run starts from"),
         ("custom_rewards:missing", "names 'missing', which module 'custom_rewards' ("),
         # the fix names the module's own functions, never one it lacks
-        ("custom_rewards:last_numbr", "does not define; did you mean 'custom_rewards:last_number'?"),
+        ("custom_rewards:last_numbr", "does not define; did you mean "
+         "'custom_rewards:last_number'?"),
         ("custom_rewards:zzz", "does not define; its functions: digit_share, every_failure, half, "
          "last_number, raises, returns_two, sleeps, two_arguments."),
         ("custom_rewards:NOT_A_FUNCTION", "names a int, not a function"),
