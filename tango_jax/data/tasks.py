@@ -14,6 +14,7 @@ from the directory the run starts from (or PYTHONPATH).
 
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import Any
 
@@ -34,8 +35,10 @@ BUILT_IN = {
 _BY_SOURCE: dict[str, Task] = {t.source: t for t in (ArithmeticTask(), LetterTask())}
 
 
+@functools.cache
 def task_of(data: Any) -> Task:
-    """The task of a run's `DataConfig`."""
+    """The task of a run's `DataConfig` (frozen, so made once per config: the loop, the SFT and
+    every step's `reward_kind` ask for it)."""
     if data.source is DataSource.CUSTOM:
         task = load_custom(data.task)(data)
         if task.source:

@@ -22,11 +22,8 @@ class Count:
 
     @property
     def question(self) -> str:
-        return (
-            f"Start with {self.start}. "
-            + ", then ".join(["Add 1"] * self.steps).replace(", then Add", ", then add")
-            + ". What is the result?"
-        )
+        then = ", then add 1" * (self.steps - 1)
+        return f"Start with {self.start}. Add 1{then}. What is the result?"
 
     @property
     def id(self) -> str:
