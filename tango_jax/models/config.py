@@ -13,6 +13,8 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from tango_jax.models.lora import LoraConfig
+
 
 class Family(enum.Enum):
     QWEN2 = "qwen2"  # Qwen2, Qwen2.5, Qwen2.5-Math: q/k/v bias, usually tied embeddings when small
@@ -88,6 +90,8 @@ class ModelConfig:
     the Hugging Face tensors stay as they are). fused_rope: rope's cos/sin computed once per
     forward for all layers (not per layer, for q and k, and again under remat), applied to the
     two halves in one expression.
+    lora: LoRA adapters on the projections named by `lora.targets` (models/lora.py); not part
+    of config.json (`to_hf_dict`), which describes the base model.
     padding_as_lengths: the plain forward moves each row's real tokens to the front (a stable
     compaction of the token ids and positions, undone once on the final hidden states), so
     that padding is only ever on the right and full-sequence attention can take it as per-row
@@ -122,6 +126,7 @@ class ModelConfig:
     fused_mlp: bool = False
     fused_rope: bool = False
     padding_as_lengths: bool = False
+    lora: LoraConfig = LoraConfig()  # adapters on the projections (models/lora.py); rank 0: none
 
     def __post_init__(self):
         if self.attention not in ATTENTION_KERNELS:

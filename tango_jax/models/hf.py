@@ -34,6 +34,7 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from tango_jax.models.config import Family, ModelConfig
+from tango_jax.models.lora import adapter_paths, merged_weight
 from tango_jax.models.transformer import Transformer
 from tango_jax.parallel.mesh import LOGICAL_RULES, MeshConfig, make_mesh
 from tango_jax.parallel.partition import abstract_model, state_shardings
@@ -305,10 +306,22 @@ def from_pretrained(
         sharding = sharding_of[entry.path].get_value()
         value = jax.make_array_from_callback(host.shape, sharding, lambda idx, a=host: a[idx])
         flat[entry.path] = var.replace(value)
+    if config.lora.enabled:  # fresh adapters (B = 0: the loaded model's outputs are unchanged)
+        flat.update(_initial_adapters(config, mesh, rules))
     missing = [p for p, v in flat.items() if isinstance(v.get_value(), jax.ShapeDtypeStruct)]
     if missing:  # a table that does not cover the model is a bug in this module, not in the input
         raise AssertionError(f"tensor_table does not cover model parameters {missing}.")
     return nnx.merge(graphdef, nnx.from_flat_state(flat))
+
+
+def _initial_adapters(config: ModelConfig, mesh: Mesh, rules) -> dict:
+    """The adapters' initial values (flat state), created on their shards from
+    `lora.init_seed` (the base parameters' initialisers are traced but pruned as unused)."""
+    make = lambda: Transformer(config, rngs=nnx.Rngs(config.lora.init_seed))
+    _, abstract = abstract_model(make)
+    shardings = state_shardings(nnx.filter_state(abstract, nnx.LoRAParam), mesh, rules)
+    init = jax.jit(lambda: nnx.state(make(), nnx.LoRAParam), out_shardings=shardings)
+    return dict(nnx.to_flat_state(init()))
 
 
 # --- writing -----------------------------------------------------------------------------------
@@ -321,6 +334,8 @@ def iter_hf_tensors(
 
     `model` may be the model or its `nnx.State` (then pass `config`). `dtype` casts (e.g. to
     the sampler's bf16). Used by weight sync (which gathers/streams each tensor) and saving.
+    LoRA adapters are merged into their projections (W + (alpha / r)·A·B): the tensors are
+    those of the plain model that computes what the adapted one does.
     """
     if isinstance(model, Transformer):
         config, state = model.config, nnx.state(model)
@@ -329,8 +344,13 @@ def iter_hf_tensors(
             raise ValueError("iter_hf_tensors: pass `config` when giving an nnx.State.")
         state = model
     flat = dict(nnx.to_flat_state(state))
+    adapted = {w: a for _, _, w, a in adapter_paths(config.num_layers, config.lora)}
     for entry in tensor_table(config):
         value = flat[entry.path].get_value()
+        if entry.path in adapted:
+            a = flat[(*adapted[entry.path], "lora_a")].get_value()
+            b = flat[(*adapted[entry.path], "lora_b")].get_value()
+            value = merged_weight(value, a, b, config.lora.scale)
         out = entry.to_hf(value)
         yield entry.hf_name, out if dtype is None else out.astype(dtype)
 

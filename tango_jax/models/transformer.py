@@ -27,6 +27,7 @@ import numpy as np
 from flax import nnx
 
 from tango_jax.models.config import ModelConfig
+from tango_jax.models.lora import adapter_delta, make_adapter
 from tango_jax.models.matmul import dense
 from tango_jax.parallel.mesh import constrain
 
@@ -329,18 +330,42 @@ class Attention(nnx.Module):
         if c.qk_norm:  # Qwen3: one [H] scale each, shared by all heads, applied before rope
             self.q_norm = RMSNorm(c, rngs=rngs, per_head=True)
             self.k_norm = RMSNorm(c, rngs=rngs, per_head=True)
+        nh, kh = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+        shapes = {  # flattened (in, out) widths with their logical names
+            "q": ("embed", c.embed_dim, "q_heads", nh),
+            "k": ("embed", c.embed_dim, "kv_heads", kh),
+            "v": ("embed", c.embed_dim, "kv_heads", kh),
+            "o": ("q_heads", nh, "embed", c.embed_dim),
+        }
+        self.adapters = nnx.Dict(
+            {
+                name: make_adapter(c.lora, *shape, dtype=c.dtype, rngs=rngs)
+                for name, shape in shapes.items()
+                if c.lora.targets_param("attention", name)
+            }
+        )
 
-    def _project(self, x, w, bias_name):
-        out = dense(x, w[...].astype(x.dtype))
+    def _adapted(self, x, name: str, in_axes: int = 1):
+        """x times the projection `name`, plus its LoRA adapter's term if it has one."""
+        w = getattr(self, name)
+        out = dense(x, w[...].astype(x.dtype), in_axes=in_axes)
+        if name in self.adapters:
+            out = out + adapter_delta(
+                self.adapters[name], self.config.lora.scale, x, in_axes, w.shape[in_axes:]
+            )
+        return out
+
+    def _project(self, x, name):
+        out = self._adapted(x, name)
         if self.config.qkv_bias:
-            out = out + getattr(self, bias_name)[...].astype(x.dtype)
+            out = out + getattr(self, f"{name}_bias")[...].astype(x.dtype)
         return out
 
     def __call__(self, x_BxTxD, frame: Frame, kv: tuple[jax.Array, jax.Array] | None):
         c = self.config
         inv_freq = rope_inv_freq(c)
-        q = self._project(x_BxTxD, self.q, "q_bias")  # [B, T, N, H]
-        k = self._project(x_BxTxD, self.k, "k_bias")  # [B, T, K, H]
+        q = self._project(x_BxTxD, "q")  # [B, T, N, H]
+        k = self._project(x_BxTxD, "k")  # [B, T, K, H]
         if c.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         if c.fused_rope:
@@ -353,7 +378,7 @@ class Attention(nnx.Module):
         else:
             q = apply_rope(q, frame.positions, inv_freq)
             k = apply_rope(k, frame.positions, inv_freq)
-        v = self._project(x_BxTxD, self.v, "v_bias")
+        v = self._project(x_BxTxD, "v")
         q = constrain(q, ("batch", "act_len", "act_heads", None))
         if kv is not None:  # write the new keys/values into their slots, attend over all slots
             k_cache = jax.lax.dynamic_update_slice(
@@ -370,16 +395,14 @@ class Attention(nnx.Module):
         b, t, n, h = q.shape
         if kv is None and use_cudnn(c, q.dtype):
             out = cudnn_attention(q, k.astype(q.dtype), v.astype(q.dtype), frame)
-            out = dense(out, self.o[...].astype(out.dtype), in_axes=2)
-            return out, kv
+            return self._adapted(out, "o", in_axes=2), kv
         q = q.reshape(b, t, c.num_kv_heads, n // c.num_kv_heads, h)  # [B, T, K, G, H]
         block = attention_block(c, t) if kv is None else 0
         if block:
             out = _blocked_attention(q, k, v, frame.mask, block)
         else:
             out = _einsum_attention(q, k, v, frame.mask)
-        out = dense(out.reshape(b, t, n, h), self.o[...].astype(out.dtype), in_axes=2)
-        return out, kv
+        return self._adapted(out.reshape(b, t, n, h), "o", in_axes=2), kv
 
 
 class MLP(nnx.Module):
@@ -389,6 +412,21 @@ class MLP(nnx.Module):
         self.up = _param(rngs, (d, f), ("embed", "mlp"), pd)
         self.down = _param(rngs, (f, d), ("mlp", "embed"), pd)
         self.fused = config.fused_mlp
+        self.lora_scale = config.lora.scale if config.lora.enabled else 0.0
+        shapes = {"gate": ("embed", d, "mlp", f), "up": ("embed", d, "mlp", f)}
+        shapes["down"] = ("mlp", f, "embed", d)
+        self.adapters = nnx.Dict(
+            {
+                name: make_adapter(config.lora, *shape, dtype=config.dtype, rngs=rngs)
+                for name, shape in shapes.items()
+                if config.lora.targets_param("mlp", name)
+            }
+        )
+
+    def _plus_adapter(self, out, x, name: str):
+        if name not in self.adapters:
+            return out
+        return out + adapter_delta(self.adapters[name], self.lora_scale, x, 1, out.shape[-1:])
 
     def __call__(self, x_BxTxD):
         dt = x_BxTxD.dtype
@@ -399,8 +437,10 @@ class MLP(nnx.Module):
         else:
             gate = dense(x_BxTxD, self.gate[...].astype(dt))
             up = dense(x_BxTxD, self.up[...].astype(dt))
+        gate = self._plus_adapter(gate, x_BxTxD, "gate")
+        up = self._plus_adapter(up, x_BxTxD, "up")
         hidden = constrain(jax.nn.silu(gate) * up, ("batch", "act_len", "act_mlp"))
-        return dense(hidden, self.down[...].astype(dt))
+        return self._plus_adapter(dense(hidden, self.down[...].astype(dt)), hidden, "down")
 
 
 class DecoderLayer(nnx.Module):
