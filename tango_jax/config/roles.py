@@ -83,16 +83,43 @@ class RolloutSettings:
     # linearly to -overlong_penalty at max_tokens (DAPO: 4096 of 20480, penalty 1). 0: off.
     overlong_buffer: int = 0
     overlong_penalty: float = 1.0  # what the soft penalty subtracts at max_tokens (DAPO: 1)
+    # DAPO's dynamic sampling (Yu et al. 2025, arXiv 2503.14476, Sec. 3.2; rl/dynamic_sampling.py,
+    # run/dynamic_sampling.py): groups whose rewards are all equal (no advantage, no gradient)
+    # are dropped and the next prompt batches sampled until the step's batch holds
+    # data.prompts_per_step groups that are not. A group is the n solutions of one prompt (the
+    # generator) or the n judgments of one solution (the verifier step). Enough groups: the
+    # first ones are kept, the rest thrown away (veRL's trim); the round cap hit first: topped
+    # up with the earliest equal-reward groups, so the batch keeps its size. Every prompt
+    # sampled, dropped ones included, advances the data position (exact resume).
+    # Metrics `<role>/dynamic_sampling/{zero_var_groups,rounds,padded_groups}`, logged off too.
+    dynamic_sampling: bool = False
+    # Sampling rounds per step, the first included (veRL's max_num_gen_batches; its DAPO
+    # recipe: 10). Each round is a whole batch of data.prompts_per_step prompts.
+    dynamic_sampling_max_rounds: int = 4
 
     def __post_init__(self):
+        ds = self.dynamic_sampling  # needs a second round and groups of 2+ samples
         check_fields(
             self,
             {
+                "dynamic_sampling_max_rounds": at_least(
+                    2,
+                    " with dynamic_sampling=True (the first round is the batch itself, so 1 "
+                    "never samples more); raise it, or set dynamic_sampling=False",
+                )
+                if ds
+                else at_least(1),
                 "overlong_buffer": within(
                     0, self.max_tokens, why=" (max_tokens; 0 turns the soft overlong penalty off)"
                 ),
                 "overlong_penalty": within(0.0, math.inf, open_hi=True),
-                "n": at_least(1),
+                "n": at_least(
+                    2,
+                    " with dynamic_sampling=True (a group of one sample always has equal "
+                    "rewards); raise n, or set dynamic_sampling=False",
+                )
+                if ds
+                else at_least(1),
                 "temperature": above(0, " for training rollouts (evaluation is greedy anyway)"),
                 "top_p": within(0.0, 1.0, open_lo=True, why="; 1.0 turns nucleus sampling off"),
                 "top_k": Rule(lambda k: k == -1 or k >= 1, "must be -1 (off) or >= 1."),

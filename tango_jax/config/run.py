@@ -219,6 +219,7 @@ class RunConfig:
             _check_algorithm,
             _check_data,
             _check_overlap,
+            _check_dynamic_sampling,
         )
         for check in checks:
             check(self)
@@ -299,6 +300,19 @@ def _check_overlap(c: RunConfig) -> None:
                 f"trains the {kind.value} on samples one update old, which needs an importance "
                 f"correction against the sampler's log-probs: set {kind.value}.trainer.loss."
                 "tis_cap (e.g. 2.0) or use_sampler_logprobs=True, or overlap_rollouts=False.",
+            )
+
+
+def _check_dynamic_sampling(c: RunConfig) -> None:
+    """A role's dynamic sampling acts in its own training steps: a role that is never trained
+    has none."""
+    for kind in Kind:
+        if c.role(kind).rollout.dynamic_sampling and kind not in trained_roles(c):
+            _fail(
+                f"{kind.value}.rollout.dynamic_sampling",
+                True,
+                f"acts in {kind.value} steps, and this run never trains the {kind.value} "
+                f"({kind.value}.enable / trainable); set it False.",
             )
 
 

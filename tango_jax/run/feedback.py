@@ -73,6 +73,8 @@ class Rollouts:
     reward_metrics: dict[str, float]
     ver_prompts: list[Prompt] | None  # verifier prompts [S], one per solution
     judged: list[list[Judgment]] | None  # [S][n]
+    # dynamic sampling's per-step metrics, without the role's prefix (run/dynamic_sampling.py)
+    sampling: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 def score_solutions(

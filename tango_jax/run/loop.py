@@ -54,6 +54,7 @@ from tango_jax.metrics.rollouts import RolloutLog
 from tango_jax.metrics.wandb import wandb_sink
 from tango_jax.metrics.writer import MetricsWriter, NoMetrics, PhaseTimer, StepClock
 from tango_jax.models import save_pretrained
+from tango_jax.run.dynamic_sampling import StepBatches
 from tango_jax.run.evaluation import evaluate
 from tango_jax.run.host_state import HostState
 from tango_jax.run.overlap import Prefetch
@@ -271,12 +272,20 @@ class TangoLoop:
         )
         for step in range(state.step + 1, sched.total_steps + 1):
             phase = sched.phase(step)
-            problems = ahead.problems if ahead is not None else stream.next_batch()
+            batches = ahead.problems if ahead is not None else StepBatches(stream)
             rollouts = ahead.rollouts if ahead is not None else None
             prefetched = rollouts is not None
             if rollouts is None:
-                rollouts = collect(ctx, problems, global_step=step, phase=phase, timer=self.timer)
-            position = stream.position  # where a checkpoint of this step resumes the data
+                rollouts = collect(
+                    ctx,
+                    batches.first,
+                    more=batches.extra,  # dynamic sampling's extra rounds
+                    global_step=step,
+                    phase=phase,
+                    timer=self.timer,
+                )
+            # Where a checkpoint of this step resumes the data: after every batch it consumed.
+            position = stream.position
             ahead = self._prefetch(ctx, step, stream) if self._prefetch_due(step) else None
             if phase.kind is Kind.GENERATOR:
                 out = generator_step(
@@ -393,9 +402,9 @@ class TangoLoop:
         background = all(r.config.sampler.backend is SamplerBackend.VLLM for r in roles)
         return Prefetch(
             nxt,
-            stream.next_batch(),
-            lambda problems, timer: collect(
-                ctx, problems, global_step=nxt, phase=phase, timer=timer
+            StepBatches(stream),
+            lambda batches, timer: collect(
+                ctx, batches.first, more=batches.extra, global_step=nxt, phase=phase, timer=timer
             ),
             background=background,
             samplers=[r.sampler for r in roles] if background else (),

@@ -32,7 +32,10 @@ Exact resume. The pipeline is drained at every checkpoint step: nothing is prefe
 the update of a step that is saved, so a checkpoint never has a rollout in flight, and a run
 resumed from it collects the next step after the restore exactly as the uninterrupted run did
 (sampling seeds are a function of (seed, step, purpose)). Changing `checkpoint.every_steps` on
-resume moves the drain points, so the resumed run is then off-policy at other steps.
+resume moves the drain points, so the resumed run is then off-policy at other steps. With
+dynamic sampling a prefetch draws its extra prompt batches from the stream as it runs (beside
+the update, while the loop does not touch the stream); the position a checkpoint saves is taken
+before a prefetch is planned, so a resumed run draws them again in the same order.
 
 Failures. A background collection that fails (a vLLM server died and cannot be sent the
 weights it needs, which are being updated) is logged and counted (`rollout/prefetch_failed`);
@@ -52,20 +55,22 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 from tango_jax.metrics.writer import PhaseTimer
 
 if TYPE_CHECKING:
-    from tango_jax.data.datasets import Problem
     from tango_jax.rollout.base import Sampler
 
 log = logging.getLogger("tango_jax")
 
-# What `collect` returns (run.steps.Rollouts in the loop); Prefetch only holds it.
+# What `collect` takes (the loop's run.dynamic_sampling.StepBatches) and returns (its
+# run.steps.Rollouts); Prefetch only holds them.
+Q = TypeVar("Q")
 R = TypeVar("R")
 
 
-class Prefetch(Generic[R]):
+class Prefetch(Generic[Q, R]):
     """One step's collection, run beside another step's update.
 
-    problems: the step's prompts (taken from the stream when the prefetch is planned, so a
-    failed prefetch re-collects the same ones); collect: problems, timer -> R (the loop's Rollouts);
+    problems: the step's prompts (the loop's StepBatches: the first batch taken from the stream
+    when the prefetch is planned, extra ones on first use, so a failed prefetch re-collects the
+    same ones); collect: problems, timer -> R (the loop's Rollouts);
     background: run in a thread (vLLM) or synchronously at `start` (the embedded sampler);
     samplers: held (`Sampler.hold_weights`) while a background collection runs.
     """
@@ -73,8 +78,8 @@ class Prefetch(Generic[R]):
     def __init__(
         self,
         step: int,
-        problems: Sequence[Problem],
-        collect: Callable[[Sequence[Problem], PhaseTimer], R],
+        problems: Q,
+        collect: Callable[[Q, PhaseTimer], R],
         *,
         background: bool,
         samplers: Sequence[Sampler] = (),

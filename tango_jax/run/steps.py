@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import jax.numpy as jnp
@@ -34,10 +34,12 @@ from tango_jax.metrics.rollouts import RolloutLog
 from tango_jax.metrics.writer import PhaseTimer
 from tango_jax.rl.advantages import outcome_advantages
 from tango_jax.rl.batch import TrainBatch, make_batch
+from tango_jax.rl.dynamic_sampling import enough, select_groups, zero_variance
 from tango_jax.rl.overlong import overlong_penalty
 from tango_jax.rollout.base import FinishReason, Prompt
 from tango_jax.rollout.drift import logprob_drift
 from tango_jax.run import feedback, oracle_feedback, rollout_rows
+from tango_jax.run.dynamic_sampling import merge_rounds, sampling_metrics
 from tango_jax.run.feedback import Rollouts
 from tango_jax.run.roles import Role
 from tango_jax.tango.class_balance import ClassBalanceState, class_weights, update_class_balance
@@ -60,10 +62,12 @@ class Purpose(enum.IntEnum):
     VERIFICATIONS = 3  # V step: n verifications of each
 
 
-def step_seed(run_seed: int, step: int, purpose: Purpose) -> int:
+def step_seed(run_seed: int, step: int, purpose: Purpose, round_index: int = 0) -> int:
     """Sampling seed of one rollout call: a pure function of (run seed, global step, purpose),
-    so a resumed run samples exactly what an uninterrupted one would."""
-    return int(np.random.SeedSequence([run_seed, step, int(purpose)]).generate_state(1)[0] >> 1)
+    so a resumed run samples exactly what an uninterrupted one would. `round_index` > 0: an
+    extra sampling round of dynamic sampling (round 0 keeps the seeds runs always had)."""
+    key = [run_seed, step, int(purpose)] + ([round_index] if round_index else [])
+    return int(np.random.SeedSequence(key).generate_state(1)[0] >> 1)
 
 
 @dataclasses.dataclass
@@ -106,6 +110,7 @@ def _sample_and_score(
     *,
     global_step: int,
     timer: PhaseTimer,
+    round_index: int = 0,
 ) -> tuple[list[Prompt], list[feedback.Solution], dict[str, float]]:
     """The generator's `n` samples of each problem, seeded by (step, purpose), scored by the
     rule-based checker: (prompts [P], solutions [P x n, problem-major], reward metrics)."""
@@ -115,7 +120,7 @@ def _sample_and_score(
         gen.encode(templates.render_generator_prompt(p.question, style=style)) for p in problems
     ]
     with timer("generate") as rec:
-        params = gen.train_params(step_seed(cfg.seed, global_step, purpose), n=n)
+        params = gen.train_params(step_seed(cfg.seed, global_step, purpose, round_index), n=n)
         outs = gen.generate(prompts, params)
         rec.tokens += _generated_tokens(c for group in outs for c in group)
     with timer("reward"):
@@ -133,6 +138,7 @@ def _judge(
     *,
     global_step: int,
     timer: PhaseTimer,
+    round_index: int = 0,
 ) -> tuple[list[Prompt], list[list[feedback.Judgment]]]:
     """The verifier's `n` judgments of each solution, seeded by (step, purpose): (verifier
     prompts [S], judgments [S][n])."""
@@ -144,7 +150,7 @@ def _judge(
             solutions,
             ver_prompts,
             n=n,
-            seed=step_seed(cfg.seed, global_step, purpose),
+            seed=step_seed(cfg.seed, global_step, purpose, round_index),
             format_weight=cfg.algorithm.verifier_format_weight,
             consistent_verdict=cfg.algorithm.verifier_consistent_verdict,
         )
@@ -165,11 +171,55 @@ def _uses_feedback(ctx: StepContext, warmup: bool) -> bool:
 
 
 def collect(
-    ctx: StepContext, problems: Sequence[Problem], *, global_step: int, phase: Phase, timer
+    ctx: StepContext,
+    problems: Sequence[Problem],
+    *,
+    global_step: int,
+    phase: Phase,
+    timer,
+    more: Callable[[int], Sequence[Problem]] | None = None,
 ) -> Rollouts:
     """The sampling half of global step `global_step`: seeded by (run seed, step, purpose), so
-    it samples the same whenever it runs, given the same weights."""
-    at = dict(global_step=global_step, timer=timer)
+    it samples the same whenever it runs, given the same weights.
+
+    With the phase role's `rollout.dynamic_sampling`, groups whose rewards are all equal are
+    dropped and round r = 1, 2, ... samples `more(r)` (the next prompt batch:
+    run/dynamic_sampling.StepBatches.extra) until the batch holds len(problems) groups that are
+    not, or `dynamic_sampling_max_rounds` rounds were sampled (rl/dynamic_sampling.py). The
+    share of equal-reward groups and the rounds are in `Rollouts.sampling` either way."""
+    at = dict(global_step=global_step, phase=phase, timer=timer)
+    rounds = [_collect_round(ctx, problems, round_index=0, **at)]
+    zero_var = [zero_variance(_group_rewards(ctx, rounds[0]))]
+    role = ctx.generator if phase.kind is Kind.GENERATOR else ctx.verifier
+    rollout = role.config.rollout
+    if not rollout.dynamic_sampling:
+        return dataclasses.replace(rounds[0], sampling=sampling_metrics(zero_var, None))
+    if more is None:
+        raise ValueError(
+            f"{role.name}.rollout.dynamic_sampling needs `more`: the source of extra batches."
+        )
+    target = len(problems)
+    while not enough(zero_var, target) and len(rounds) < rollout.dynamic_sampling_max_rounds:
+        r = len(rounds)
+        rounds.append(_collect_round(ctx, more(r), round_index=r, **at))
+        zero_var.append(zero_variance(_group_rewards(ctx, rounds[-1])))
+    selection = select_groups(zero_var, target)
+    return dataclasses.replace(
+        merge_rounds(rounds, selection), sampling=sampling_metrics(zero_var, selection)
+    )
+
+
+def _collect_round(
+    ctx: StepContext,
+    problems: Sequence[Problem],
+    *,
+    global_step: int,
+    phase: Phase,
+    timer,
+    round_index: int,
+) -> Rollouts:
+    """One sampling round of `collect` (round 0: the only one without dynamic sampling)."""
+    at = dict(global_step=global_step, timer=timer, round_index=round_index)
     ver_prompts = judged = None
     if phase.kind is Kind.GENERATOR:
         n = ctx.generator.config.rollout.n
@@ -182,7 +232,10 @@ def collect(
                     solutions,
                     flip_prob=ctx.cfg.algorithm.oracle_flip_prob,
                     closing_step=ctx.cfg.algorithm.oracle_closing_step,
-                    seed=ctx.cfg.seed,
+                    # an extra round's flips are drawn apart from round 0's
+                    seed=step_seed(ctx.cfg.seed, global_step, Purpose.FEEDBACK, round_index)
+                    if round_index
+                    else ctx.cfg.seed,
                     step=global_step,
                 )
         elif _uses_feedback(ctx, phase.warmup):
@@ -197,6 +250,23 @@ def collect(
     return Rollouts(
         global_step, phase, problems, prompts, solutions, reward_metrics, ver_prompts, judged
     )
+
+
+def _group_rewards(ctx: StepContext, rollouts: Rollouts) -> np.ndarray:
+    """The rewards the update's advantages start from, one row per group ([G, n]): the
+    generator's token scores of each prompt's n solutions (`generator_step`), the verifier's
+    rewards of each solution's n judgments (`verifier_step`), with the soft overlong penalty
+    where set. Step rewards are not part of it (DAPO's criterion is the sequence reward)."""
+    if rollouts.phase.kind is Kind.GENERATOR:
+        gen = ctx.generator
+        rewards = _generator_rewards(rollouts.solutions, rollouts.judged, ctx.cfg.algorithm)
+        completions = [s.completion for s in rollouts.solutions]
+        rewards, _ = _with_overlong_penalty(gen, rewards, completions)
+        return rewards.reshape(-1, gen.config.rollout.n)
+    flat = [j for row in rollouts.judged for j in row]
+    rewards = np.asarray([j.reward for j in flat], np.float32)
+    rewards, _ = _with_overlong_penalty(ctx.verifier, rewards, [j.completion for j in flat])
+    return rewards.reshape(-1, ctx.verifier.config.rollout.n)
 
 
 def _lag(role: Role, completions) -> float:
@@ -277,6 +347,7 @@ def generator_step(
     prompts, solutions, judged = rollouts.prompts, rollouts.solutions, rollouts.judged
     completions = [s.completion for s in solutions]
     metrics = {f"generator/{k}": v for k, v in rollouts.reward_metrics.items()}
+    metrics |= {f"generator/{k}": v for k, v in rollouts.sampling.items()}
     metrics["generator/policy_lag"] = _lag(gen, completions)
     if judged is not None and ver is not None:  # verifier feedback (not the oracle's)
         nv = alg.verifications_per_response
@@ -442,6 +513,7 @@ def verifier_step(
         rows = rollout_rows.verifier_rows(rollouts, batch.advantages[:, 0], max_rows=log.max_rows)
         log.write(rollouts.step, rows, phase=rollout_rows.phase_name(rollouts))
     metrics = {f"verifier/solutions/{k}": v for k, v in reward_metrics.items()} | overlong
+    metrics |= {f"verifier/{k}": v for k, v in rollouts.sampling.items()}
     metrics["verifier/policy_lag"] = _lag(ver, [j.completion for j in flat])
     metrics["verifier/solutions/generator_lag"] = _lag(gen, [s.completion for s in solutions])
     metrics |= _side_drift(ctx, gen, prompts, [s.completion for s in solutions], timer)
