@@ -1,7 +1,13 @@
 """Export one model of a saved Tango run step as a Hugging Face checkpoint directory.
 
     python -m tango_jax.export --run_dir RUN --role generator --out DIR [--step N]
-        [--dtype bfloat16] [--tokenizer PATH] [--overwrite]
+        [--dtype bfloat16] [--tokenizer PATH] [--overwrite] [--merged]
+
+A role trained with LoRA is written as a PEFT adapter directory (`adapter_config.json`,
+`adapter_model.safetensors`, loaded by `peft.PeftModel.from_pretrained` on the base model,
+whose path it records), or with `--merged` as a plain HF checkpoint with the adapters merged
+into the weights. Its base weights come from the HF checkpoint the role started from (the
+step's `ModelInfo.base_dir`); the run checkpoint holds the adapters.
 
 The model is rebuilt from the `ModelInfo` stored in the step itself (the role's config.json
 dict and tokenizer directory), so export needs nothing but the run directory. Only the
@@ -21,12 +27,48 @@ import jax
 from flax import nnx
 from jax.sharding import Mesh
 
-from tango_jax.checkpoint.run import CHECKPOINT_SUBDIR, RunCheckpointer
-from tango_jax.models import Transformer, save_pretrained
+from tango_jax.checkpoint.run import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer
+from tango_jax.models import Transformer, from_pretrained, save_pretrained
 from tango_jax.models.config import dtype_from_name
+from tango_jax.models.peft import save_peft_adapter
 from tango_jax.models.tokenizer import load_tokenizer
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
 from tango_jax.parallel.partition import abstract_model, state_shardings
+
+
+def _abstract_on(state, mesh: Mesh):
+    shardings = state_shardings(state, mesh)
+    return jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), state, shardings
+    )
+
+
+def load_role_model(
+    checkpoint_dir: str | os.PathLike, step: int | None, role: str, mesh: Mesh | None = None
+) -> tuple[Transformer, ModelInfo]:
+    """`role`'s model at `step` (None: latest) of `checkpoint_dir`, with its `ModelInfo`: the
+    stored parameters, or with LoRA the base from `info.base_dir` and the stored adapters.
+    mesh: where the params are restored (default: the first device)."""
+    ckpt = RunCheckpointer(checkpoint_dir, keep=1, read_only=True)
+    try:
+        step = ckpt.latest_step() if step is None else step
+        info = ckpt.model_info(step, role)
+        config = info.model_config()
+        mesh = mesh or make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
+        if config.lora.enabled:
+            model = from_pretrained(
+                info.base_dir, mesh=mesh, param_dtype=config.param_dtype, lora=config.lora
+            )
+            target = _abstract_on(nnx.state(model, nnx.LoRAParam), mesh)
+            nnx.update(model, ckpt.restore_params(step, role, target))
+        else:
+            graphdef, abstract = abstract_model(lambda: Transformer(config, rngs=nnx.Rngs(0)))
+            model = nnx.merge(
+                graphdef, ckpt.restore_params(step, role, _abstract_on(abstract, mesh))
+            )
+    finally:
+        ckpt.close()
+    return model, info
 
 
 def export_hf(
@@ -39,30 +81,24 @@ def export_hf(
     dtype: Any = None,
     mesh: Mesh | None = None,
     overwrite: bool = False,
+    merged: bool = False,
 ) -> Path:
-    """Writes `role`'s model at `step` (None: latest) of `checkpoint_dir` to `out_dir`.
+    """Writes `role`'s model at `step` (None: latest) of `checkpoint_dir` to `out_dir`: an HF
+    checkpoint, or for a LoRA role a PEFT adapter directory unless `merged`.
 
     tokenizer: saved alongside; default: loaded from the run's recorded tokenizer directory
       (none recorded: the export has no tokenizer files).
-    dtype: stored dtype (default: the parameter dtype). mesh: where the params are restored
-      (default: the first device; pass a mesh for models larger than one device).
+    dtype: stored dtype (default: the parameter dtype; adapters: float32). mesh: where the
+      params are restored (default: the first device; pass a mesh for larger models).
     """
-    ckpt = RunCheckpointer(checkpoint_dir, keep=1, read_only=True)
-    try:
-        step = ckpt.latest_step() if step is None else step
-        info = ckpt.model_info(step, role)
-        config = info.model_config()
-        mesh = mesh or make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
-        graphdef, abstract = abstract_model(lambda: Transformer(config, rngs=nnx.Rngs(0)))
-        shardings = state_shardings(abstract, mesh)
-        target = jax.tree.map(
-            lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings
-        )
-        model = nnx.merge(graphdef, ckpt.restore_params(step, role, target))
-    finally:
-        ckpt.close()
+    model, info = load_role_model(checkpoint_dir, step, role, mesh)
     if tokenizer is None and info.tokenizer_dir is not None:
         tokenizer = load_tokenizer(info.tokenizer_dir)
+    if model.config.lora.enabled and not merged:
+        out = save_peft_adapter(model, out_dir, base_model=info.base_dir, overwrite=overwrite)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(str(out))
+        return out
     return save_pretrained(model, out_dir, tokenizer=tokenizer, dtype=dtype, overwrite=overwrite)
 
 
@@ -75,6 +111,11 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--dtype", default=None, help="float32, bfloat16 or float16")
     parser.add_argument("--tokenizer", default=None, help="tokenizer dir (default: the run's)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    parser.add_argument(
+        "--merged",
+        action="store_true",
+        help="a LoRA role: write the HF checkpoint with the adapters merged (default: PEFT dir)",
+    )
     args = parser.parse_args(argv)
     try:
         out = export_hf(
@@ -85,6 +126,7 @@ def main(argv: list[str] | None = None) -> Path:
             tokenizer=None if args.tokenizer is None else load_tokenizer(args.tokenizer),
             dtype=None if args.dtype is None else dtype_from_name(args.dtype),
             overwrite=args.overwrite,
+            merged=args.merged,
         )
     except (FileNotFoundError, FileExistsError, KeyError, ValueError) as e:
         parser.exit(2, f"tango_jax.export: error: {e.args[0] if e.args else e}\n")

@@ -62,6 +62,7 @@ from tango_jax.checkpoint.guards import (
     move_aside,
 )
 from tango_jax.models.config import ModelConfig, dtype_from_name
+from tango_jax.models.lora import LoraConfig
 
 log = logging.getLogger(__name__)
 
@@ -78,20 +79,40 @@ class ModelInfo:
     hf_config: the model's `config.json` dict (`ModelConfig.to_hf_dict`), whose `torch_dtype`
       is the parameter dtype, so the stored arrays restore into parameters of the same dtype.
     tokenizer_dir: the local tokenizer directory the run used (None: export without one).
+    lora: the model's `LoraConfig` fields when it has LoRA adapters (None: it has none). The
+      checkpoint then holds the adapters only (the trained parameters); the frozen base
+      weights are those of `base_dir`, the HF checkpoint the role started from.
     """
 
     hf_config: dict[str, Any]
     tokenizer_dir: str | None = None
+    lora: dict[str, Any] | None = None
+    base_dir: str | None = None
 
     @classmethod
-    def from_model(cls, model, tokenizer_dir: str | os.PathLike | None = None) -> ModelInfo:
+    def from_model(
+        cls,
+        model,
+        tokenizer_dir: str | os.PathLike | None = None,
+        *,
+        base_dir: str | os.PathLike | None = None,
+    ) -> ModelInfo:
         cfg = model.config
         hf = cfg.to_hf_dict(torch_dtype=jnp.dtype(cfg.param_dtype).name)
-        return cls(hf, None if tokenizer_dir is None else str(Path(tokenizer_dir).resolve()))
+        resolved = lambda p: None if p is None else str(Path(p).resolve())
+        if not cfg.lora.enabled:
+            return cls(hf, resolved(tokenizer_dir))
+        if base_dir is None:
+            raise ValueError("ModelInfo.from_model: a model with LoRA adapters needs base_dir.")
+        lora = dataclasses.asdict(cfg.lora)
+        return cls(hf, resolved(tokenizer_dir), lora=lora, base_dir=resolved(base_dir))
 
     def model_config(self, **overrides) -> ModelConfig:
         """The architecture, with the stored parameter dtype unless overridden."""
         overrides.setdefault("param_dtype", dtype_from_name(self.hf_config["torch_dtype"]))
+        if self.lora is not None:
+            lora = self.lora | {"targets": tuple(self.lora["targets"])}
+            overrides.setdefault("lora", LoraConfig(**lora))
         return ModelConfig.from_hf_dict(self.hf_config, source="checkpoint ModelInfo", **overrides)
 
 

@@ -12,6 +12,7 @@ import enum
 import math
 
 from tango_jax.models.config import ATTENTION_KERNELS, dtype_from_name
+from tango_jax.models.lora import LoraConfig
 from tango_jax.models.presets import PRESETS
 from tango_jax.rl.train_step import TrainerConfig
 from tango_jax.rollout.vllm.config import VLLMConfig
@@ -166,6 +167,10 @@ class RoleConfig:
     response_bucket: int = 256
     sampler: SamplerSettings = SamplerSettings()
     rollout: RolloutSettings = RolloutSettings()
+    # LoRA in RL (models/lora.py; docs/lora.md): rank > 0 trains adapters on the named
+    # projections only, the base weights frozen (param_dtype may then be bfloat16) and the
+    # optimizer state adapter-sized; the SFT stage stays full fine-tuning. rank 0: off.
+    lora: LoraConfig = LoraConfig()
     eval_max_tokens: int = 0  # greedy evaluation budget; 0: rollout.max_tokens
     trainer: TrainerConfig = dataclasses.field(
         default=TrainerConfig(),

@@ -128,7 +128,9 @@ def merged_weight(w: jax.Array, a_Ixr: jax.Array, b_rxO: jax.Array, scale: float
 
 def adapter_paths(num_layers: int, lora: LoraConfig):
     """(PEFT target name, layer, path of W, path of the adapter module) for every adapter, in
-    state-path form (the keys of `nnx.to_flat_state`)."""
+    state-path form (the keys of `nnx.to_flat_state`); none when LoRA is off."""
+    if not lora.enabled:
+        return
     for i in range(num_layers):
         for target in lora.targets:
             submodule, name = PROJECTIONS[target]

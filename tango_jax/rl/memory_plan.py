@@ -144,7 +144,8 @@ def compile_step(
     with_ref: bool,
     compiler_options: dict | None = None,
 ):
-    """(compiled step, abstract params, opt state, ref params, batch): `Trainer`'s jit of
+    """(compiled step, abstract params (all, trained and frozen), opt state, ref params,
+    batch): `Trainer`'s jit of
     `train_step` (same shardings, same donation), compiled from abstract arrays.
     `compiler_options`: XLA debug options for this compile only (e.g. `PLAN_SCHEDULER`)."""
     dp = data_parallel_size(mesh)
@@ -153,10 +154,14 @@ def compile_step(
             f"micro_batch_size ({trainer_cfg.micro_batch_size}) must divide the batch ({rows} "
             f"rows) and be a multiple of the data-parallel size ({dp})."
         )
-    graphdef, params = abstract_params(model_cfg, mesh)
+    graphdef, state = abstract_params(model_cfg, mesh)
+    lora = model_cfg.lora.enabled  # the Trainer's split: adapters trained, the base frozen
+    params, frozen = nnx.filter_state(state, nnx.LoRAParam if lora else nnx.Param, ...)
     tx = trainer_cfg.optimizer.make()
     opt_state = abstract_opt_state(tx, params, mesh)
-    ref = abstract_params(model_cfg, mesh)[1] if with_ref else None
+    ref = None
+    if with_ref:  # with LoRA: zero adapters over the frozen base
+        ref = params if lora else abstract_params(model_cfg, mesh)[1]
     batch = abstract_batch(rows, prompt_len, response_len, mesh)
     replicated = NamedSharding(mesh, P())
     rows_sharding = NamedSharding(mesh, P(("data", "fsdp")))  # the log-probs [B, R]
@@ -165,12 +170,18 @@ def compile_step(
     jitted = jax.jit(
         step,
         donate_argnums=(0, 1),
-        in_shardings=(shardings(params), shardings(opt_state), shardings(ref), shardings(batch)),
+        in_shardings=(
+            shardings(params),
+            shardings(opt_state),
+            shardings(ref),
+            shardings(batch),
+            shardings(frozen),
+        ),
         out_shardings=(shardings(params), shardings(opt_state), replicated, rows_sharding),
     )
     with jax.set_mesh(mesh):
-        compiled = jitted.lower(params, opt_state, ref, batch).compile(compiler_options)
-    return compiled, params, opt_state, ref, batch
+        compiled = jitted.lower(params, opt_state, ref, batch, frozen).compile(compiler_options)
+    return compiled, state, opt_state, ref, batch
 
 
 def memory_of(compiled, params, opt_state, ref, batch, layers: int) -> StepMemory:

@@ -1,7 +1,13 @@
 """The pure optimiser step of one model, and its configs: policy gradient (GRPO & co.) or SFT.
 
     params, opt_state, metrics, logp_BxR = train_step(params, opt_state, ref_params, batch,
-                                                      graphdef=..., tx=..., cfg=..., dp=...)
+                                                      frozen, graphdef=..., tx=..., cfg=..., dp=...)
+
+`params` are the trained parameters: the whole model, or with LoRA only the adapters
+(`nnx.LoRAParam`); `frozen` is the rest of the model's state (empty without LoRA), which gets
+no gradient and no optimizer state. The model is `nnx.merge(graphdef, params, frozen)` and
+the KL reference `nnx.merge(graphdef, ref_params, frozen)`: a copy of the initial parameters,
+or with LoRA zero adapters over the same frozen base (no second copy of the model).
 
 `rl.trainer.Trainer` jits it once with explicit shardings and donated params/optimizer state.
 
@@ -262,9 +268,9 @@ def loss_batch(batch: dict, cfg: LossConfig) -> dict:
     return batch | {"response_mask": batch["response_mask"] * keep_B[:, None]}
 
 
-def _micro_loss(params, graphdef, ref_params, batch, count_total, cfg: LossConfig, dp: int):
+def _micro_loss(params, frozen, graphdef, ref_params, batch, count_total, cfg: LossConfig, dp: int):
     """Loss contribution of one micro-batch (already divided by the global count) + stats."""
-    model = nnx.merge(graphdef, params)
+    model = nnx.merge(graphdef, params, frozen)
     mask = batch["response_mask"]
     if cfg.objective is Objective.SFT:
         logp, _ = response_logprobs(model, batch, cfg, with_entropy=False)
@@ -291,7 +297,8 @@ def _micro_loss(params, graphdef, ref_params, batch, count_total, cfg: LossConfi
         pg = pg * jnp.where(mask > 0, tis, 0.0)
     kl = None
     if cfg.kl_coef:
-        ref_logp, _ = response_logprobs(nnx.merge(graphdef, ref_params), batch, cfg, False)
+        ref_model = nnx.merge(graphdef, ref_params, frozen)
+        ref_logp, _ = response_logprobs(ref_model, batch, cfg, False)
         kl = losses.kl_estimate(logp, jax.lax.stop_gradient(ref_logp), cfg.kl_estimator)
     total = losses.total_loss_per_token(
         pg, entropy_BxT=entropy, entropy_coef=cfg.entropy_coef, kl_BxT=kl, kl_coef=cfg.kl_coef
@@ -324,7 +331,7 @@ def _zeros_like_params(params):
     return jax.tree.map(one, params, is_leaf=lambda x: isinstance(x, nnx.Variable))
 
 
-def accumulate(params, ref_params, batch, *, graphdef, cfg: TrainerConfig, dp):
+def accumulate(params, ref_params, batch, frozen, *, graphdef, cfg: TrainerConfig, dp):
     """Exact mini-batch loss and gradient by a scan over micro-batches.
 
     Returns (loss, grads (float32), stat sums, count_total, logp [B, R]).
@@ -343,7 +350,7 @@ def accumulate(params, ref_params, batch, *, graphdef, cfg: TrainerConfig, dp):
     grad_fn = jax.value_and_grad(_micro_loss, has_aux=True)
     if m == 1:  # one micro-batch: no scan, no zero-initialised accumulator to add into
         (loss, (sums, logp)), grads = grad_fn(
-            params, graphdef, ref_params, batch, count_total, cfg.loss, dp
+            params, frozen, graphdef, ref_params, batch, count_total, cfg.loss, dp
         )
         grads = jax.tree.map(lambda g: g.astype(jnp.float32), grads)
         return loss, grads, sums, count_total, logp
@@ -353,8 +360,10 @@ def accumulate(params, ref_params, batch, *, graphdef, cfg: TrainerConfig, dp):
         # Tied to this micro-batch by a barrier, the parameters look loop-variant to XLA, which
         # then gathers each layer's FSDP shards (and casts them) where the layer runs instead
         # of hoisting every layer's gathered weights out of the loop for the whole step.
-        p, ref_p, mbatch = jax.lax.optimization_barrier((params, ref_params, mbatch))
-        (loss, (sums, logp)), grads = grad_fn(p, graphdef, ref_p, mbatch, count_total, cfg.loss, dp)
+        p, fz, ref_p, mbatch = jax.lax.optimization_barrier((params, frozen, ref_params, mbatch))
+        (loss, (sums, logp)), grads = grad_fn(
+            p, fz, graphdef, ref_p, mbatch, count_total, cfg.loss, dp
+        )
         grads_acc = jax.tree.map(lambda a, g: a + g.astype(a.dtype), grads_acc, grads)
         sums_acc = {k: STATS[k].combine(sums_acc[k], v) for k, v in sums.items()}
         return (grads_acc, loss_acc + loss, sums_acc), logp
@@ -363,6 +372,7 @@ def accumulate(params, ref_params, batch, *, graphdef, cfg: TrainerConfig, dp):
     sums_shape = jax.eval_shape(
         lambda: _micro_loss(
             params,
+            frozen,
             graphdef,
             ref_params,
             jax.tree.map(lambda x: x[0], micro),
@@ -377,9 +387,11 @@ def accumulate(params, ref_params, batch, *, graphdef, cfg: TrainerConfig, dp):
     return loss, grads, sums, count_total, logp
 
 
-def train_step(params, opt_state, ref_params, batch, *, graphdef, tx, cfg: TrainerConfig, dp):
+def train_step(
+    params, opt_state, ref_params, batch, frozen, *, graphdef, tx, cfg: TrainerConfig, dp
+):
     loss, grads, sums, count_total, logp = accumulate(
-        params, ref_params, batch, graphdef=graphdef, cfg=cfg, dp=dp
+        params, ref_params, batch, frozen, graphdef=graphdef, cfg=cfg, dp=dp
     )
     b = batch["input_ids"].shape[0]
     grad_norm = tree_norm(grads)

@@ -6,6 +6,10 @@
 The step (`rl.train_step.train_step`, pure) is jitted once with explicit shardings, the same
 in and out, and donated params/optimizer state, so it compiles exactly once.
 
+With LoRA (`model.config.lora`), the trained parameters are the adapters (`nnx.LoRAParam`)
+alone: the optimizer state, the checkpointed state and the update are adapter-shaped, and the
+base weights are a frozen, never-donated input of the step.
+
 Shape legend: B sequences, R response slots.
 """
 
@@ -61,7 +65,8 @@ class Trainer:
     """Owns one model's parameters, optimizer state and compiled step.
 
     `model` stays usable after each step (its state is updated in place), so the embedded
-    sampler can share it; `ref_model` (frozen, for the KL term) is never updated.
+    sampler can share it; `ref_model` (frozen, for the KL term) is never updated. With LoRA
+    the reference is the frozen base itself (zero adapters) and `ref_model` is not needed.
     """
 
     def __init__(
@@ -73,26 +78,34 @@ class Trainer:
         ref_model: Transformer | None = None,
     ):
         self.model, self.config, self.mesh = model, config, mesh
+        lora = model.config.lora.enabled
+        # What the optimizer updates; the rest of the state (`frozen`) is an input only.
+        self.trained = nnx.LoRAParam if lora else nnx.Param
         if (
             config.loss.objective is Objective.POLICY_GRADIENT
             and config.loss.kl_coef
             and ref_model is None
+            and not lora
         ):
             raise ValueError("loss.kl_coef > 0 needs a ref_model (the frozen initial policy).")
         # Every input of the step lives on an explicit NamedSharding of `mesh` (parameters per
         # the logical-axis rules), the same in and out, so the step compiles exactly once.
         shard_model(model, mesh)
-        self.graphdef, params = nnx.split(model)
+        self.graphdef, params, self.frozen = nnx.split(model, self.trained, ...)
         self.param_shardings = jax.tree.map(lambda x: x.sharding, params)
+        frozen_shardings = jax.tree.map(lambda x: x.sharding, self.frozen)
         self.tx = config.optimizer.make()
         replicated = NamedSharding(mesh, P())
         self.opt_shardings = optimizer_shardings(self.tx, params, self.param_shardings, mesh)
         self.opt_state = jax.jit(self.tx.init, out_shardings=self.opt_shardings)(params)
         self.ref_params = None
         ref_shardings = None
-        if ref_model is not None:
+        if lora and config.loss.kl_coef:  # the base: zero adapters over the frozen weights
+            self.ref_params = jax.tree.map(jax.numpy.zeros_like, params)
+        elif ref_model is not None:
             shard_model(ref_model, mesh)
             self.ref_params = nnx.state(ref_model)
+        if self.ref_params is not None:
             ref_shardings = jax.tree.map(lambda x: x.sharding, self.ref_params)
         self.step_count = 0
         self.dp = data_parallel_size(mesh)
@@ -110,6 +123,7 @@ class Trainer:
                 self.opt_shardings,
                 ref_shardings,
                 self._batch_sharding,
+                frozen_shardings,
             ),
             out_shardings=(
                 self.param_shardings,
@@ -125,12 +139,13 @@ class Trainer:
         """The accumulated mini-batch loss and float32 gradient, without updating (for tests
         and diagnostics)."""
         fn = jax.jit(
-            lambda p, r, bt: accumulate(
-                p, r, bt, graphdef=self.graphdef, cfg=self.config, dp=self.dp
+            lambda p, r, bt, fz: accumulate(
+                p, r, bt, fz, graphdef=self.graphdef, cfg=self.config, dp=self.dp
             )[:2]
         )
         with jax.set_mesh(self.mesh):
-            loss, grads = fn(self.params, self.ref_params, self._device_batch(batch))
+            batch = self._device_batch(batch)
+            loss, grads = fn(self.params, self.ref_params, batch, self.frozen)
         return float(loss), grads
 
     def logprobs(self, batch: TrainBatch) -> np.ndarray:
@@ -138,8 +153,8 @@ class Trainer:
         no update): for the drift of rollout batches that are not trained on."""
         if self._logprob_fn is None:
 
-            def fn(params, bt):
-                model = nnx.merge(self.graphdef, params)
+            def fn(params, frozen, bt):
+                model = nnx.merge(self.graphdef, params, frozen)
                 return response_logprobs(model, bt, self.config.loss, with_entropy=False)[0]
 
             self._logprob_fn = jax.jit(fn)
@@ -150,15 +165,16 @@ class Trainer:
         }
         device = {k: put(v, self._batch_sharding) for k, v in padded.items()}
         with jax.set_mesh(self.mesh):
-            return fetch(self._logprob_fn(self.params, device))[: batch.size]
+            return fetch(self._logprob_fn(self.params, self.frozen, device))[: batch.size]
 
-    def _step_fn(self, params, opt_state, ref_params, batch):
+    def _step_fn(self, params, opt_state, ref_params, batch, frozen):
         self.traces += 1
         return train_step(
             params,
             opt_state,
             ref_params,
             batch,
+            frozen,
             graphdef=self.graphdef,
             tx=self.tx,
             cfg=self.config,
@@ -167,7 +183,8 @@ class Trainer:
 
     @property
     def params(self) -> nnx.State:
-        return nnx.state(self.model)
+        """The trained parameters: the whole model, or with LoRA its adapters."""
+        return nnx.state(self.model, self.trained)
 
     def _device_batch(self, batch: TrainBatch) -> dict[str, jax.Array]:
         mb = self.config.micro_batch_size
@@ -182,7 +199,11 @@ class Trainer:
         """One optimiser step. Returns (metrics, trainer log-probs [B, R] before the update)."""
         with jax.set_mesh(self.mesh):
             params, opt_state, metrics, logp = self._jitted(
-                self.params, self.opt_state, self.ref_params, self._device_batch(batch)
+                self.params,
+                self.opt_state,
+                self.ref_params,
+                self._device_batch(batch),
+                self.frozen,
             )
         nnx.update(self.model, params)
         self.opt_state = opt_state

@@ -155,7 +155,8 @@ class TangoLoop:
             keep=cfg.checkpoint.keep,
             scheduled=self._save_due,  # time and signal checkpoints: only the newest is kept
             models={
-                k.value: ModelInfo.from_model(r.model, r.init_path) for k, r in trained.items()
+                k.value: ModelInfo.from_model(r.model, r.init_path, base_dir=r.init_path)
+                for k, r in trained.items()
             },
         )
         scorer = OutcomeScorer(

@@ -143,9 +143,10 @@ def build_role(
     kind: Kind, cfg: RoleConfig, init_path: Path, mesh: Mesh, *, with_trainer: bool
 ) -> Role:
     """Loads the model (sharded), its tokenizer, a frozen reference copy for the KL term (only
-    when the loss uses one), the trainer and the sampler. A frozen role sampled by vLLM loads
-    no JAX parameters at all."""
-    numerics = cfg.model_numerics()
+    when the loss uses one and the role has no LoRA adapters, whose reference is the frozen
+    base), the trainer and the sampler. A frozen role sampled by vLLM loads no JAX parameters
+    at all."""
+    numerics = dict(cfg.model_numerics(), lora=cfg.lora)
     tokenizer = load_tokenizer(init_path)
     model = None
     if with_trainer or cfg.sampler.backend is SamplerBackend.JAX:
@@ -153,8 +154,8 @@ def build_role(
     model_config = model.config if model is not None else read_config(init_path, **numerics)
     trainer = None
     if with_trainer:
-        loss = cfg.trainer.loss
-        ref = from_pretrained(init_path, mesh=mesh, **numerics) if loss.kl_coef else None
+        separate_ref = cfg.trainer.loss.kl_coef and not cfg.lora.enabled
+        ref = from_pretrained(init_path, mesh=mesh, **numerics) if separate_ref else None
         trainer = Trainer(model, cfg.trainer, mesh=mesh, ref_model=ref)
     sampler = make_sampler(cfg, model, model_config, tokenizer, mesh, init_path)
     return Role(kind, cfg, init_path, model, tokenizer, trainer, sampler)

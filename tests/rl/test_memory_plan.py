@@ -34,7 +34,11 @@ def test_plan_equals_the_trainers_compiled_step():
     with jax.set_mesh(mesh):
         real = (
             trainer._jitted.lower(
-                trainer.params, trainer.opt_state, trainer.ref_params, trainer._device_batch(batch)
+                trainer.params,
+                trainer.opt_state,
+                trainer.ref_params,
+                trainer._device_batch(batch),
+                trainer.frozen,
             )
             .compile()
             .memory_analysis()

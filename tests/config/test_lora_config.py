@@ -1,0 +1,54 @@
+"""`<role>.lora`: off by default, set per role, and a LoRA config that names no projection of
+the model refused at load, in one line naming the field, the value and the names to use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tango_jax.config.run import load_run_config, sibling_config
+from tango_jax.models.lora import PROJECTIONS
+from tango_jax.schema import ConfigError, to_dict
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def _tiny() -> dict:
+    c = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config()
+    c.run_dir = "/tmp/never-written"
+    return to_dict(load_run_config(c))
+
+
+def test_lora_is_off_by_default_and_set_per_role():
+    d = _tiny()
+    assert d["generator"]["lora"]["rank"] == d["verifier"]["lora"]["rank"] == 0
+    d["verifier"]["lora"] |= dict(rank=8, alpha=16.0, targets=["q_proj", "v_proj"])
+    cfg = load_run_config(d)
+    assert not cfg.generator.lora.enabled
+    assert cfg.verifier.lora.targets == ("q_proj", "v_proj") and cfg.verifier.lora.scale == 2.0
+    assert set(cfg.generator.lora.targets) == set(PROJECTIONS)  # every projection by default
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        (
+            "targets",
+            ["c_attn"],  # GPT-2's name: no module of a Qwen or Llama model
+            r"config.generator.lora.targets \(\('c_attn',\)\) must name projections of the "
+            r"model: some of \['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', "
+            r"'down_proj'\]",
+        ),
+        ("targets", ["q_proj", "qproj"], r"lora.targets \(\('q_proj', 'qproj'\)\) must name"),
+        ("targets", [], r"lora.targets \(\(\)\) must name projections"),
+        ("rank", -1, r"config.generator.lora.rank \(-1\) must be >= 0 \(0: LoRA off\)"),
+        ("dropout", 0.1, r"lora.dropout \(0.1\) must be in \[0.0, 0.0\]"),
+    ],
+)
+def test_a_lora_config_naming_no_projection_is_refused_in_one_line(field, value, message):
+    d = _tiny()
+    d["generator"]["lora"] |= {"rank": 4, field: value}
+    with pytest.raises(ConfigError, match=message) as info:
+        load_run_config(d)
+    assert "\n" not in str(info.value)
