@@ -18,6 +18,7 @@ import pytest
 from flax import nnx
 
 from tango_jax.models import Transformer, iter_hf_tensors, presets
+from tango_jax.models.lora import LoraConfig
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
 from tango_jax.parallel.partition import init_sharded
 
@@ -287,3 +288,40 @@ def test_weight_sync_failure_names_version_and_recovers(sharded_tiny):
     sync.sync(nnx.state(model), version=3)
     assert client.calls[0] == "init" and client.versions == ["3"]
     sync.close()
+
+
+def test_weight_sync_of_a_lora_model_sends_the_merged_weights():
+    """A LoRA model (sharded, adapters moved off zero) syncs as the plain model it computes:
+    every HF tensor is the base one plus (alpha / r)·(A·B)ᵀ (NumPy), the adapters themselves
+    are not sent, and the tensor list is the full-weight sync's."""
+    lora = LoraConfig(rank=2, alpha=6.0, targets=("q_proj", "o_proj", "down_proj"))
+    config = presets.get("tiny-qwen2", lora=lora)
+    model = init_sharded(
+        lambda: Transformer(config, rngs=nnx.Rngs(0)), make_mesh(MeshConfig(1, 4, 2))
+    )
+    adapters = nnx.state(model, nnx.LoRAParam)
+    nnx.update(model, jax.tree.map(lambda x: x + 0.05, adapters))
+    recorder = RecordingModel()
+    sync = WeightSync(LoopbackClient(make_worker(recorder)), config, WeightSyncConfig())
+    try:
+        sync.sync(nnx.state(model), version=1)
+    finally:
+        sync.close()
+    base = dict(iter_hf_tensors(nnx.state(model), config.replace(lora=LoraConfig())))
+    assert list(recorder.loaded) == list(base)
+    flat = {
+        "/".join(map(str, p)): np.asarray(v.get_value())
+        for p, v in nnx.to_flat_state(nnx.state(model, nnx.LoRAParam))
+    }
+    hf_name = {"q": "self_attn.q_proj", "o": "self_attn.o_proj", "down": "mlp.down_proj"}
+    merged = 0
+    for path in flat:
+        if not path.endswith("lora_a"):
+            continue
+        _, layer, _, _, name, _ = path.split("/")
+        a, b = flat[path], flat[path[: -len("lora_a")] + "lora_b"]
+        key = f"model.layers.{layer}.{hf_name[name]}.weight"
+        want = np.asarray(base[key]) + lora.scale * (a @ b).T
+        np.testing.assert_allclose(recorder.loaded[key].numpy(), want, rtol=1e-5, atol=1e-6)
+        merged += 1
+    assert merged == 3 * config.num_layers
