@@ -14,9 +14,11 @@ import torch
 from flax import nnx
 from hf_fixtures import TOL, VARIANTS, load_hf, rel_err, write_hf_checkpoint
 
-from tango_jax.models import from_pretrained, save_pretrained
+from tango_jax.models import Transformer, from_pretrained, presets, save_pretrained
 from tango_jax.models.lora import PROJECTIONS, LoraConfig
 from tango_jax.models.peft import load_peft_adapter, read_peft_config, save_peft_adapter
+from tango_jax.parallel.mesh import MeshConfig, make_mesh
+from tango_jax.parallel.partition import abstract_model, state_shardings
 
 # A Qwen2 (q/k/v biases, tied, grouped-query) and a Llama (no biases, llama3 rope, untied).
 _VARIANTS = ["qwen2_tied_gqa", "llama3_scaled_gqa"]
@@ -130,3 +132,24 @@ def test_fresh_adapters_change_nothing_and_are_float32_over_a_bf16_base(tmp_path
     dtypes = {v.dtype for v in jax.tree.leaves(nnx.state(half, nnx.LoRAParam))}
     assert dtypes == {jnp.dtype(jnp.float32)}
     assert half.layers[0].attention.k[...].dtype == jnp.bfloat16
+
+
+def test_adapters_are_sharded_by_their_projections_logical_axes():
+    """A [in, r] takes the projection's input axis, B [r, out] its output axis (on a
+    fsdp 4 x tensor 2 mesh of the session's 8 devices; the rank is never split)."""
+    config = presets.get("tiny-qwen2", lora=LoraConfig(rank=4))
+    _, abstract = abstract_model(lambda: Transformer(config, rngs=nnx.Rngs(0)))
+    shardings = state_shardings(nnx.state(abstract, nnx.LoRAParam), make_mesh(MeshConfig(1, 4, 2)))
+    specs = {
+        path[2:]: tuple(s.get_value().spec)
+        for path, s in nnx.to_flat_state(shardings)
+        if path[1] == 0
+    }
+    fsdp_in, tensor_out = ("fsdp", None), (None, "tensor")
+    tensor_in, fsdp_out = ("tensor", None), (None, "fsdp")
+    expected = {"q": (fsdp_in, tensor_out), "k": (fsdp_in, tensor_out), "v": (fsdp_in, tensor_out)}
+    expected |= {"o": (tensor_in, fsdp_out), "gate": (fsdp_in, tensor_out)}
+    expected |= {"up": (fsdp_in, tensor_out), "down": (tensor_in, fsdp_out)}
+    for (submodule, _, name, ab), spec in specs.items():
+        assert spec == expected[name][ab == "lora_b"], (submodule, name, ab, spec)
+    assert len(specs) == 2 * 7
