@@ -97,6 +97,7 @@ def test_adapter_gradients_match_pytorch_autograd(adapted):
         assert rel_err(np.asarray(g.get_value()).T, ref_grads[key]) <= TOL, key
 
 
+@pytest.mark.parametrize("adapted", ["qwen2_tied_gqa"], indirect=True)  # biases kept as they are
 def test_exported_adapter_and_merged_checkpoint_load_in_peft_and_transformers(adapted, tmp_path):
     """Our adapters, changed in JAX, written as a PEFT directory (loaded by PEFT on the base)
     and merged into a plain HF checkpoint (loaded by transformers): the same logits."""
@@ -121,8 +122,9 @@ def test_exported_adapter_and_merged_checkpoint_load_in_peft_and_transformers(ad
     assert rel_err(via_merged, want) <= TOL
 
 
-def test_fresh_adapters_change_nothing_and_are_float32_over_a_bf16_base(tmp_path):
-    path = write_hf_checkpoint(tmp_path / "base", **VARIANTS["llama_tied_plain"])
+@pytest.mark.parametrize("adapted", ["llama3_scaled_gqa"], indirect=True)
+def test_fresh_adapters_change_nothing_and_are_float32_over_a_bf16_base(adapted):
+    path = adapted[2] / "base"
     lora = LoraConfig(rank=2, alpha=4.0, targets=("k_proj", "gate_proj"))
     fresh = from_pretrained(path, lora=lora)
     plain = from_pretrained(path)

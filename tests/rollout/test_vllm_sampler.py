@@ -295,3 +295,29 @@ def test_killed_server_is_restarted_resynced_and_the_batch_completes(sampler, mo
     assert replica.client.weight_version() == "4"
     assert all(c.weight_version == 4 for g in results for c in g)
     assert_logprobs_match(model, changed, prompts, results)  # served by the re-sent weights
+
+
+def test_a_lora_models_merged_weights_sync_onto_the_adapted_model(sampler, checkpoint, model):
+    """LoRA by merged weights (issue 48): a model with adapters moved off zero, synced through
+    the full-weight path, is what the server then serves: its log-probs are the JAX model's
+    with the adapters, not the base's."""
+    from tango_jax.models import from_pretrained
+    from tango_jax.models.lora import LoraConfig
+    from tango_jax.rollout.vllm.sync import WeightSync
+    from tango_jax.rollout.vllm.verify import SyncTolerance, SyncVerificationError, verify_sync
+
+    lora = from_pretrained(checkpoint, lora=LoraConfig(rank=4, alpha=8.0))
+    adapters = nnx.state(lora, nnx.LoRAParam)
+    keys = iter(jax.random.split(jax.random.key(3), len(jax.tree.leaves(adapters))))
+    nnx.update(lora, jax.tree.map(lambda x: 0.2 * jax.random.normal(next(keys), x.shape), adapters))
+    replica = sampler.replicas[0]
+    sync = WeightSync(replica.client, lora.config, sampler.config.sync)
+    try:
+        sync.sync(nnx.state(lora), version=5)
+    finally:
+        sync.close()
+    tolerance = SyncTolerance.for_dtype("float32")
+    check = dict(client=replica.client, model_name=replica.model_name, version=5)
+    verify_sync(config=lora.config, state=nnx.state(lora), tolerance=tolerance, **check)
+    with pytest.raises(SyncVerificationError):  # the served model is not the base any more
+        verify_sync(config=model.config, state=nnx.state(model), tolerance=tolerance, **check)
