@@ -30,12 +30,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tango_jax.config.roles import RoleConfig
 from tango_jax.config.run import RunConfig, SamplerBackend, enabled_roles
 from tango_jax.data.prompts import read_problems
 from tango_jax.data.sft_records import read_sft_records
 from tango_jax.data.tasks import task_of
 from tango_jax.metrics.wandb import check_installed
 from tango_jax.models.config import ModelConfig
+from tango_jax.models.peft import ADAPTER_WEIGHTS, read_peft_config
 from tango_jax.schema import ConfigError, config_dict, to_dict
 from tango_jax.tango.kind import Kind
 from tango_jax.text import reward_function
@@ -148,6 +150,40 @@ def check_model_dir(field: str, path: str) -> None:
         )
 
 
+def check_lora_start(role: str, role_cfg: RoleConfig) -> None:
+    """`<role>.lora.init_from`, if set, is a PEFT LoRA adapter with the role's rank, alpha and
+    targets (read from its adapter_config.json; its tensors are checked when they load)."""
+    lora = role_cfg.lora
+    if not lora.init_from:
+        return
+    field = f"{role}.lora.init_from"
+    if not role_cfg.trainable and role_cfg.sampler.backend is SamplerBackend.VLLM:
+        _fail(
+            field,
+            lora.init_from,
+            f"would not reach the vLLM server of a frozen {role} (it serves the base and is "
+            f"never synced); set {role}.sampler.backend=jax, or merge the adapter into the base "
+            f"(PEFT's merge_and_unload) and set {role}.model.path to the result.",
+        )
+    try:
+        theirs = read_peft_config(lora.init_from)
+    except (FileNotFoundError, ValueError, KeyError) as e:
+        _fail(field, lora.init_from, f"cannot be used: {e}")
+    if not Path(lora.init_from, ADAPTER_WEIGHTS).exists():
+        _fail(field, lora.init_from, f"has no {ADAPTER_WEIGHTS}.")
+    if (theirs.rank, theirs.alpha, set(theirs.targets)) != (
+        lora.rank,
+        lora.alpha,
+        set(lora.targets),
+    ):
+        _fail(
+            field,
+            lora.init_from,
+            f"holds an adapter of rank {theirs.rank}, alpha {theirs.alpha}, targets "
+            f"{list(theirs.targets)}; set {role}.lora.rank, alpha and targets to these.",
+        )
+
+
 def _check_data_file(field: str, pattern: str) -> None:
     """A file or glob that matches at least one non-empty file."""
     matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
@@ -173,6 +209,7 @@ def check_paths(cfg: RunConfig) -> None:
             )
         if path:
             check_model_dir(f"{kind.value}.model.path", path)
+        check_lora_start(kind.value, cfg.role(kind))
         stage = cfg.sft.stage(kind)
         if stage.enable:
             if stage.data_path:

@@ -60,6 +60,9 @@ class LoraConfig:
     targets: tuple[str, ...] = tuple(PROJECTIONS)
     dropout: float = 0.0  # on the adapter's input (PEFT's lora_dropout); only 0 for now
     init_seed: int = 0  # the A matrices' random initialisation (B starts at zero)
+    # A PEFT adapter directory to start from instead (adapter_config.json with this rank,
+    # alpha and targets, adapter_model.safetensors); "": fresh adapters
+    init_from: str = ""
 
     def __post_init__(self):
         check_fields(

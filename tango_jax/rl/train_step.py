@@ -7,7 +7,7 @@
 (`nnx.LoRAParam`); `frozen` is the rest of the model's state (empty without LoRA), which gets
 no gradient and no optimizer state. The model is `nnx.merge(graphdef, params, frozen)` and
 the KL reference `nnx.merge(graphdef, ref_params, frozen)`: a copy of the initial parameters,
-or with LoRA zero adapters over the same frozen base (no second copy of the model).
+with LoRA of the initial adapters, over the same frozen base (no second copy of the model).
 
 `rl.trainer.Trainer` jits it once with explicit shardings and donated params/optimizer state.
 

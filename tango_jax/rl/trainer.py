@@ -66,7 +66,8 @@ class Trainer:
 
     `model` stays usable after each step (its state is updated in place), so the embedded
     sampler can share it; `ref_model` (frozen, for the KL term) is never updated. With LoRA
-    the reference is the frozen base itself (zero adapters) and `ref_model` is not needed.
+    the reference is a copy of the initial adapters over the frozen base (for fresh adapters,
+    B = 0: the base itself) and `ref_model` is not needed.
     """
 
     def __init__(
@@ -100,8 +101,8 @@ class Trainer:
         self.opt_state = jax.jit(self.tx.init, out_shardings=self.opt_shardings)(params)
         self.ref_params = None
         ref_shardings = None
-        if lora and config.loss.kl_coef:  # the base: zero adapters over the frozen weights
-            self.ref_params = jax.tree.map(jax.numpy.zeros_like, params)
+        if lora and config.loss.kl_coef:  # the initial adapters over the same frozen weights
+            self.ref_params = jax.tree.map(jax.numpy.copy, params)  # not the donated buffers
         elif ref_model is not None:
             shard_model(ref_model, mesh)
             self.ref_params = nnx.state(ref_model)

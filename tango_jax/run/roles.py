@@ -13,6 +13,7 @@ from flax import nnx
 
 from tango_jax.config.roles import RoleConfig, SamplerBackend
 from tango_jax.models import ModelConfig, Transformer, from_pretrained, read_config
+from tango_jax.models.peft import load_peft_adapter
 from tango_jax.models.tokenizer import load_tokenizer
 from tango_jax.rl.trainer import Trainer
 from tango_jax.rollout.base import Completion, Prompt, Sampler, SamplingParams
@@ -151,6 +152,8 @@ def build_role(
     model = None
     if with_trainer or cfg.sampler.backend is SamplerBackend.JAX:
         model = from_pretrained(init_path, mesh=mesh, remat=cfg.remat, **numerics)
+        if cfg.lora.init_from:  # before the trainer: its KL reference is the initial policy
+            load_peft_adapter(model, cfg.lora.init_from)
     model_config = model.config if model is not None else read_config(init_path, **numerics)
     trainer = None
     if with_trainer:

@@ -1,14 +1,20 @@
-"""`<role>.lora`: off by default, set per role, and a LoRA config that names no projection of
-the model refused at load, in one line naming the field, the value and the names to use."""
+"""`<role>.lora`: off by default, set per role; a LoRA config that names no projection of the
+model refused at load, and a PEFT adapter to start from that does not fit refused by the
+pre-run checks, each in one line naming the field, the value and the fix."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 
 import pytest
 
+from tango_jax.config.preflight import check_lora_start
+from tango_jax.config.roles import RoleConfig, SamplerBackend, SamplerSettings
 from tango_jax.config.run import load_run_config, sibling_config
-from tango_jax.models.lora import PROJECTIONS
+from tango_jax.models.lora import PROJECTIONS, LoraConfig
+from tango_jax.models.peft import ADAPTER_CONFIG, ADAPTER_WEIGHTS, peft_config
 from tango_jax.schema import ConfigError, to_dict
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -52,3 +58,33 @@ def test_a_lora_config_naming_no_projection_is_refused_in_one_line(field, value,
     with pytest.raises(ConfigError, match=message) as info:
         load_run_config(d)
     assert "\n" not in str(info.value)
+
+
+@pytest.fixture(scope="module")
+def adapter(tmp_path_factory):
+    """A PEFT adapter directory of rank 2, alpha 4, on q_proj and v_proj (its config; the
+    pre-run check reads no tensor)."""
+    lora = LoraConfig(rank=2, alpha=4.0, targets=("q_proj", "v_proj"))
+    path = tmp_path_factory.mktemp("peft")
+    (path / ADAPTER_CONFIG).write_text(json.dumps(peft_config(lora)))
+    (path / ADAPTER_WEIGHTS).write_bytes(b"tensors")
+    return path, lora
+
+
+def test_a_peft_adapter_to_start_from_is_checked_before_the_run(adapter, tmp_path):
+    path, lora = adapter
+    role = RoleConfig(lora=dataclasses.replace(lora, init_from=str(path)))
+    check_lora_start("generator", role)  # matches: accepted
+    cases = [
+        (dataclasses.replace(role.lora, rank=4), r"holds an adapter of rank 2, alpha 4.0, "),
+        (dataclasses.replace(role.lora, targets=("q_proj",)), r"set generator.lora.rank, alpha"),
+        (dataclasses.replace(role.lora, init_from=str(tmp_path)), r"cannot be used: .* does not"),
+    ]
+    for bad, message in cases:
+        with pytest.raises(ConfigError, match=r"config.generator.lora.init_from \('.*" + message):
+            check_lora_start("generator", dataclasses.replace(role, lora=bad))
+    frozen = dataclasses.replace(
+        role, trainable=False, sampler=SamplerSettings(backend=SamplerBackend.VLLM)
+    )
+    with pytest.raises(ConfigError, match="would not reach the vLLM server of a frozen verifier"):
+        check_lora_start("verifier", frozen)
