@@ -29,6 +29,8 @@ def _run(run_dir):
     d["generator"]["rollout"] |= dict(dynamic_sampling=True, dynamic_sampling_max_rounds=2)
     d["eval"] |= dict(before_train=False, every_generator_steps=0, at_end=False)
     d["checkpoint"]["every_steps"] = 1
+    d["generator"]["trainer"]["loss"]["kl_coef"] = 0.0  # no reference model to compile
+    d["tensorboard"] = False
     cfg = load_run_config(d)
     TangoLoop(cfg, make_mesh(cfg.mesh)).run()
 
