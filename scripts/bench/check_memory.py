@@ -149,7 +149,8 @@ def role_plans(cfg: RunConfig, mesh, layers: list[int] | None) -> dict[str, Step
     out = {}
     for kind in trained_roles(cfg):
         role = cfg.role(kind)
-        numerics = dict(role.model_numerics(), remat=role.remat)
+        # With <role>.lora: the adapters' optimizer state and reference, the base frozen
+        numerics = dict(role.model_numerics(), remat=role.remat, lora=role.lora)
         mcfg = model_config(role.model.path, role.model.preset, **numerics)
         # The plan is for GPUs: the kernel a GPU would run, or its nearest CPU stand-in.
         mcfg = mcfg.replace(attention=gpu_attention_proxy(mcfg))
