@@ -148,8 +148,8 @@ def _train_flags(run_dir: Path) -> list[str]:
     """The real command's `--config.*` flags for tests/test_loop.py's shortened tiny config
     (`_short_config`: the fields where it differs from configs/tiny_arith.py), cut further to
     three RL steps G, V, G (a cycle of one generator and one verifier step, no warm-up),
-    evaluation before training and at the end only, on fewer process-bench items, and a
-    checkpoint after every step."""
+    evaluation at the end only (evaluation in two processes is the same code before training),
+    on fewer process-bench items, and a checkpoint after every step."""
     from short_runs import config_flags
     from short_runs import short_config as _short_config
 
@@ -162,6 +162,7 @@ def _train_flags(run_dir: Path) -> list[str]:
         "schedule.n_generator_steps": 1,
         "schedule.n_verifier_steps": 1,
         "eval.every_generator_steps": 0,
+        "eval.before_train": False,
         "eval.sampled_n": 1,
         "eval.process_bench_size": 8,
         "checkpoint.every_steps": 1,
@@ -298,10 +299,10 @@ def test_the_train_command_in_two_processes_matches_one_and_resumes_across(tmp_p
             p.wait()
 
     rows = read_metrics(one)
-    assert [r["step"] for r in rows] == [0, 1, 2, 3]
-    assert [r["phase"] for r in rows[1:]] == ["generator", "verifier", "generator"]
-    assert "eval/generator/accuracy" in rows[0] and "eval/verifier/step_f1" in rows[3]
-    assert len({r.get("generator/train/loss") for r in rows[1::2]}) == 2  # the model moves
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert [r["phase"] for r in rows] == ["generator", "verifier", "generator"]
+    assert "eval/generator/accuracy" in rows[2] and "eval/verifier/step_f1" in rows[2]
+    assert len({r.get("generator/train/loss") for r in rows[::2]}) == 2  # the model moves
     _assert_same_rows(rows, read_metrics(two))
     for role in ("generator", "verifier"):
         sft_one = read_metrics(one / "sft_logs" / role)
@@ -311,8 +312,8 @@ def test_the_train_command_in_two_processes_matches_one_and_resumes_across(tmp_p
 
     for uninterrupted, copy in ((one, one_in_two), (two, two_in_one)):
         rows = read_metrics(copy)
-        assert [r["step"] for r in rows] == [0, 1, 2, 3]
-        _assert_same_rows(read_metrics(uninterrupted)[2:], rows[2:])
+        assert [r["step"] for r in rows] == [1, 2, 3]
+        _assert_same_rows(read_metrics(uninterrupted)[1:], rows[1:])
         _assert_same_weights(uninterrupted, copy)
 
 
@@ -324,7 +325,7 @@ def test_sigterm_to_one_of_two_processes_stops_both_after_the_same_step(tmp_path
     step's, readable and final."""
     run_dir = tmp_path / "stopped"
     no_sft = [f"--config.sft.{role}.enable=False" for role in ("generator", "verifier")]
-    fewer = ["--config.eval.before_train=False", "--config.eval.at_end=False"]
+    fewer = ["--config.eval.at_end=False"]
     procs = _train(run_dir, 2, "--config.checkpoint.every_steps=0", *no_sft, *fewer)
     logs = _logs(run_dir, 2)
     try:
