@@ -2,8 +2,12 @@
 
     python scripts/assets/make_tiny_sft.py                       # ~26 min on a 2-core CPU
     python scripts/assets/make_tiny_sft.py --seed 1 --out runs/tiny_sft_s1/out   # another SFT seed
+    python scripts/assets/make_tiny_sft.py --config configs/tiny_chains.py \
+        --work runs/tiny_chains_sft --out tango_jax/assets/tiny_chains_sft     # the long chains
 
-Three runs of the train command, SFT only (`schedule.total_steps=0`), from random init:
+Three runs of the train command, SFT only (`schedule.total_steps=0`), from random init, on the
+config given (`--config`, an arithmetic config with a `tango,scratch` variant; the numbers below
+are configs/tiny_arith.py's, the default):
 
 1. `configs/tiny_arith.py:tango,scratch`: the generator's SFT (1200 steps x 32, cosine lr
    3e-3), then the verifier's first SFT phase from that generator (2000 steps x 32, lr 3e-3,
@@ -25,7 +29,9 @@ Three runs of the train command, SFT only (`schedule.total_steps=0`), from rando
 Everything stays outcome-labelled: no step label of a wrong solution anywhere. The generator
 of phase 1 and the verifier of phase 3 are copied to --out (by default the shipped
 tango_jax/assets/tiny_arith_sft/) with `recipe.json`: the commands, the commit, the date and
-the held-out evaluation of the two checkpoints (the step-0 evaluation of phase 3).
+the held-out evaluation of the two checkpoints (the step-0 evaluation of phase 3; phases 1 and
+2 skip theirs, `eval.before_train=False`: evaluate an intermediate checkpoint with
+`python -m tango_jax.evaluate` when it is wanted).
 """
 
 from __future__ import annotations
@@ -68,9 +74,12 @@ EVAL_KEYS = (
 )
 
 
-def phase_commands(work: Path, seed: int, extra: list[str]) -> list[list[str]]:
-    base = [sys.executable, "-m", "tango_jax.train", "--config", f"{CONFIG}:tango,scratch"]
+def phase_commands(
+    work: Path, seed: int, extra: list[str], config: str = CONFIG
+) -> list[list[str]]:
+    base = [sys.executable, "-m", "tango_jax.train", "--config", f"{config}:tango,scratch"]
     common = [f"--config.seed={seed}", "--config.schedule.total_steps=0"]
+    unevaluated = ["--config.eval.before_train=False"]  # only phase 3's evaluation is kept
     overrides = [f"--config.{o}" for o in extra]  # last: they win over PHASE_2
     generator = work / "phase1" / "sft" / "generator"
 
@@ -80,6 +89,7 @@ def phase_commands(work: Path, seed: int, extra: list[str]) -> list[list[str]]:
             *base,
             f"--config.run_dir={work / f'phase{phase}'}",
             *common,
+            *(unevaluated if phase < 3 else []),
             f"--config.generator.model.path={generator}",
             "--config.generator.model.preset=",
             f"--config.verifier.model.path={work / f'phase{phase - 1}' / 'sft' / 'verifier'}",
@@ -91,7 +101,7 @@ def phase_commands(work: Path, seed: int, extra: list[str]) -> list[list[str]]:
         ]
 
     return [
-        [*base, f"--config.run_dir={work / 'phase1'}", *common, *overrides],
+        [*base, f"--config.run_dir={work / 'phase1'}", *common, *unevaluated, *overrides],
         verifier_phase(2, PHASE_2),
         verifier_phase(3, PHASE_3),
     ]
@@ -136,6 +146,9 @@ def run_phases(commands: list[list[str]], done: list[Path]) -> None:
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--seed", type=int, default=0, help="the SFT's seed (data, sampling)")
+    p.add_argument(
+        "--config", default=CONFIG, help="the arithmetic config whose tango,scratch variant runs"
+    )
     p.add_argument("--work", default="runs/tiny_arith_sft", help="the three runs' directories")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="where the two checkpoints go")
     p.add_argument(
@@ -147,7 +160,7 @@ def main(argv: list[str]) -> int:
     )
     args = p.parse_args(argv)
     work, out = Path(args.work).resolve(), Path(args.out).resolve()
-    commands = phase_commands(work, args.seed, args.set)
+    commands = phase_commands(work, args.seed, args.set, str(Path(args.config).resolve()))
     run_phases(commands, [work / f"phase{i}" / "sft" / "verifier" for i in (1, 2, 3)])
     staging = out.with_name(out.name + ".tmp")  # never a half-written --out
     shutil.rmtree(staging, ignore_errors=True)

@@ -106,10 +106,12 @@ def test_make_tiny_sft_runs_its_three_phases_and_writes_the_checkpoints(tmp_path
     assert phase2["verifier"]["model"]["path"] == str(work / "phase1" / "sft" / "verifier")
     assert phase2["data"]["arith"]["verifier_sft_facts"] == 0.75
     assert phase2["sft"]["verifier"]["steps"] == 2  # --set wins over PHASE_2
+    assert phase2["eval"]["before_train"] is False  # only phase 3 evaluates (the recipe's)
     phase3 = json.loads((work / "phase3" / "config.json").read_text())
     assert phase3["verifier"]["model"]["path"] == str(work / "phase2" / "sft" / "verifier")
     assert phase3["data"]["arith"]["verifier_sft_labels"] == "unlabelled_wrong"
     assert phase3["sft"]["verifier"]["steps"] == 2  # --set wins over PHASE_3
+    assert phase3["eval"]["before_train"] is True
     recipe = json.loads((out / "recipe.json").read_text())
     assert set(recipe["held_out_eval"]) >= {"eval/verifier/step_f1", "eval/generator/accuracy"}
     # what was copied is what the phases wrote
