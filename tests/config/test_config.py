@@ -30,6 +30,11 @@ ALL = (
     [("tiny_arith", v) for v in ("tango", "grpo", "fixed_verifier")]
     + [("smollm2_arith", v) for v in ("tango", "grpo", "zero_shot")]
     + [("smollm2_addition", v) for v in ("grpo", "tango")]
+    + [
+        ("tiny_chains", v)
+        for v in ("tango", "grpo", "oracle", "noisy_oracle,q=0.2", "fixed_verifier")
+        + ("fixed_generator", "tango,scratch", "oracle,alpha0=0.5")
+    ]
     + [("tango_qwen2_5_math_7b", None), ("tango_llama3_1_8b", None), ("sft_qwen2_5_math_7b", None)]
     + [
         ("baselines_qwen2_5_math_7b", v)
@@ -94,6 +99,27 @@ def test_smollm2_variants_mean_what_they_say():
     zero = load_run_config(_load("smollm2_arith", "zero_shot"))
     assert zero.schedule.total_steps == 0 and zero.eval.before_train
     assert not (zero.sft.generator.enable or zero.sft.verifier.enable)
+
+
+def test_chain_arms_share_the_task_and_the_generator_updates():
+    """configs/tiny_chains.py: every arm on 5-8-step chains, the same generator updates and α
+    schedule start; the oracle arms use the task's step truth, grpo no step term; a bad option
+    is refused naming it."""
+    arms = {
+        v: load_run_config(_load("tiny_chains", v))
+        for v in ("tango", "grpo", "oracle", "noisy_oracle", "fixed_verifier")
+    }
+    for cfg in arms.values():
+        assert (cfg.data.arith.min_steps, cfg.data.arith.max_steps) == (5, 8)
+        assert cfg.schedule.count(Kind.GENERATOR) == 36
+        assert cfg.algorithm.alpha.alpha0 == 0.1
+    assert arms["tango"].verifier.trainable and arms["tango"].schedule.verifier_warmup_steps == 10
+    assert not arms["grpo"].verifier.enable and not arms["grpo"].algorithm.step_rewards
+    assert arms["oracle"].algorithm.oracle_flip_prob == 0.0
+    assert arms["noisy_oracle"].algorithm.oracle_flip_prob == 0.35
+    assert arms["fixed_verifier"].verifier.enable and not arms["fixed_verifier"].verifier.trainable
+    with pytest.raises(ValueError, match="unknown option 'q=0.2'"):
+        _load("tiny_chains", "oracle,q=0.2")
 
 
 def _tiny():
