@@ -32,8 +32,10 @@ ALL = (
     + [("smollm2_addition", v) for v in ("grpo", "tango")]
     + [
         ("tiny_chains", v)
-        for v in ("tango", "grpo", "oracle", "noisy_oracle,q=0.2", "fixed_verifier")
-        + ("fixed_generator", "tango,scratch", "oracle,alpha0=0.5")
+        for v in (
+            *("tango", "grpo", "oracle", "noisy_oracle,q=0.2", "fixed_verifier"),
+            *("fixed_generator", "tango,scratch", "oracle,alpha0=0.5"),
+        )
     ]
     + [("tango_qwen2_5_math_7b", None), ("tango_llama3_1_8b", None), ("sft_qwen2_5_math_7b", None)]
     + [
