@@ -335,7 +335,8 @@ def iter_hf_tensors(
     `model` may be the model or its `nnx.State` (then pass `config`). `dtype` casts (e.g. to
     the sampler's bf16). Used by weight sync (which gathers/streams each tensor) and saving.
     LoRA adapters are merged into their projections (W + (alpha / r)·A·B): the tensors are
-    those of the plain model that computes what the adapted one does.
+    those of the plain model that computes what the adapted one does. Merged tensors are
+    float32 unless `dtype` is given (one rounding, by the caller, to what it sends or stores).
     """
     if isinstance(model, Transformer):
         config, state = model.config, nnx.state(model)

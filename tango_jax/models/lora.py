@@ -126,11 +126,12 @@ def adapter_delta(adapter: nnx.LoRA, scale: float, x: jax.Array, in_axes: int, o
 
 @functools.partial(jax.jit, static_argnums=3)
 def merged_weight(w: jax.Array, a_Ixr: jax.Array, b_rxO: jax.Array, scale: float) -> jax.Array:
-    """W + (alpha / r)·A·B in W's NNX layout and dtype (the sum in float32). One jitted
-    program per shape: on sharded arrays each eager op would be its own program with its own
-    collectives (see rl/trainer.py's `_global_norm`)."""
+    """W + (alpha / r)·A·B in W's NNX layout, in float32 (not rounded to a bfloat16 base's
+    dtype: the caller casts once, to what it sends or stores). One jitted program per shape: on
+    sharded arrays each eager op would be its own program with its own collectives (see
+    rl/trainer.py's `_global_norm`)."""
     delta = (a_Ixr.astype(jnp.float32) @ b_rxO.astype(jnp.float32)) * scale  # [in, out]
-    return (w.astype(jnp.float32) + delta.reshape(w.shape)).astype(w.dtype)
+    return w.astype(jnp.float32) + delta.reshape(w.shape)
 
 
 def adapter_paths(num_layers: int, lora: LoraConfig):

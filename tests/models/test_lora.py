@@ -155,3 +155,23 @@ def test_adapters_are_sharded_by_their_projections_logical_axes():
     for (submodule, _, name, ab), spec in specs.items():
         assert spec == expected[name][ab == "lora_b"], (submodule, name, ab, spec)
     assert len(specs) == 2 * 7
+
+
+@pytest.mark.parametrize("adapted", ["llama3_scaled_gqa"], indirect=True)
+def test_merged_weights_of_a_bf16_base_are_rounded_once_to_the_requested_dtype(adapted):
+    """bf16 base + float32 adapters: a float32 sync or save gets W + (alpha / r)·A·B unrounded
+    (a vLLM server in float32 then computes what the JAX model does), a bf16 one rounds it."""
+    from tango_jax.models import iter_hf_tensors
+
+    lora = LoraConfig(rank=2, targets=("up_proj",))
+    model = from_pretrained(adapted[2] / "base", param_dtype=jnp.bfloat16, lora=lora)
+    mlp = model.layers[0].mlp
+    mlp.adapters["up"].lora_b[...] = jnp.full_like(mlp.adapters["up"].lora_b[...], 1e-3)
+    a, b = np.asarray(mlp.adapters["up"].lora_a[...]), np.asarray(mlp.adapters["up"].lora_b[...])
+    want = (np.asarray(mlp.up[...], np.float32) + lora.scale * (a @ b)).T
+    name = "model.layers.0.mlp.up_proj.weight"
+    f32 = dict(iter_hf_tensors(model, dtype=jnp.float32))[name]
+    np.testing.assert_allclose(np.asarray(f32), want, rtol=1e-6)  # bf16 rounding: ~4e-3
+    bf16 = dict(iter_hf_tensors(model, dtype=jnp.bfloat16))[name]
+    assert bf16.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(bf16, np.float32), want, rtol=2**-8)
