@@ -1,7 +1,7 @@
-"""Run checkpoints of a LoRA trainer: they hold the adapters and their optimizer state only,
-a trainer restored from one takes the next step exactly as the uninterrupted one, and
-`python -m tango_jax.export` writes the saved step as a PEFT adapter directory (PEFT loads it
-on the base with our logits) or, with --merged, as a plain HF checkpoint."""
+"""Run checkpoints of a LoRA trainer (bf16 base): they hold the adapters and their optimizer
+state only, a trainer restored from one takes the next step exactly as the uninterrupted one,
+and `python -m tango_jax.export` writes the saved step as a PEFT adapter directory (PEFT loads
+it on the base with our logits) or, with --merged, as a plain HF checkpoint."""
 
 from __future__ import annotations
 
@@ -14,35 +14,14 @@ import peft
 import pytest
 import torch
 from flax import nnx
-from hf_fixtures import TOL, VARIANTS, load_hf, rel_err, write_hf_checkpoint
+from hf_fixtures import TOL, load_hf, rel_err
+from lora_trainer import LORA, lora_batch, lora_trainer, write_base
 
 from tango_jax.checkpoint.run import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer
 from tango_jax.export import main as export_main
-from tango_jax.models import from_pretrained
-from tango_jax.models.lora import LoraConfig
 from tango_jax.models.tokenizer import TINY_TOKENIZER_DIR
-from tango_jax.parallel.mesh import MeshConfig, make_mesh
-from tango_jax.rl.batch import make_batch
-from tango_jax.rl.train_step import OptimizerConfig, TrainerConfig
-from tango_jax.rl.trainer import Trainer
 
-LORA = LoraConfig(rank=2, alpha=4.0, targets=("q_proj", "k_proj", "o_proj", "gate_proj"))
-TRAIN = TrainerConfig(micro_batch_size=4, optimizer=OptimizerConfig(learning_rate=1e-2))
 TOKENS = np.arange(2, 12)[None]
-
-
-def _batch(seed: int):
-    """8 rows padded to [8, 8 + 8]: one compiled step."""
-    rng = np.random.default_rng(seed)
-    prompts = [rng.integers(2, 64, size=rng.integers(2, 9)).tolist() for _ in range(8)]
-    responses = [rng.integers(2, 64, size=rng.integers(1, 9)).tolist() for _ in range(8)]
-    adv = rng.normal(size=8).tolist()
-    return make_batch(prompts, responses, advantages=adv, prompt_bucket=8, response_bucket=8)
-
-
-def _trainer(base) -> Trainer:
-    mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
-    return Trainer(from_pretrained(base, lora=LORA), TRAIN, mesh=mesh)
 
 
 def _host(tree) -> list[np.ndarray]:
@@ -54,15 +33,15 @@ def run(tmp_path_factory):
     """(run dir, base dir, logits after step 1, state after step 2 uninterrupted, its
     metrics): one step, a checkpoint, then a second step."""
     root = tmp_path_factory.mktemp("lora_run")
-    base = write_hf_checkpoint(root / "base", **VARIANTS["llama_tied_plain"], vocab=64)
-    trainer = _trainer(base)
+    base = write_base(root / "base")
+    trainer = lora_trainer(base)
     info = ModelInfo.from_model(trainer.model, TINY_TOKENIZER_DIR, base_dir=base)
     ckpt = RunCheckpointer(root / "run" / CHECKPOINT_SUBDIR, keep=2, models={"generator": info})
-    trainer.step(_batch(1))
+    trainer.step(lora_batch(1))
     logits = np.asarray(nnx.jit(lambda m, t: m(t))(trainer.model, jnp.asarray(TOKENS)))
     ckpt.save(1, {"generator": trainer.state_dict()}, {})
     ckpt.close()
-    metrics, _ = trainer.step(_batch(2))
+    metrics, _ = trainer.step(lora_batch(2))
     return root / "run", base, logits, _host((trainer.params, trainer.opt_state)), metrics
 
 
@@ -74,14 +53,14 @@ def test_checkpoint_holds_adapters_and_resume_is_exact(run):
     keys = list(meta["tree_metadata"])
     assert keys and all("adapters" in k for k in keys)  # no base weight is stored
 
-    resumed = _trainer(base)
+    resumed = lora_trainer(base)
     ckpt = RunCheckpointer(run_dir / CHECKPOINT_SUBDIR, keep=2, read_only=True)
     try:
         states, _ = ckpt.restore(None, {"generator": resumed.state_dict()})
     finally:
         ckpt.close()
     resumed.load_state_dict(states["generator"])
-    again, _ = resumed.step(_batch(2))
+    again, _ = resumed.step(lora_batch(2))
     assert {k: again[k] for k in metrics if k != "lr"} == {
         k: metrics[k] for k in metrics if k != "lr"
     }
@@ -96,8 +75,11 @@ def test_export_writes_a_peft_adapter_and_on_request_the_merged_model(run, tmp_p
     )
     config = json.loads((adapter / "adapter_config.json").read_text())
     assert (config["r"], config["lora_alpha"]) == (LORA.rank, LORA.alpha)
-    merged = export_main(
-        ["--run_dir", str(run_dir), "--role", "generator", "--out", str(tmp_path / "m"), "--merged"]
+    merged = export_main(  # float32: the bfloat16 base's own dtype would round the merge
+        [
+            *("--run_dir", str(run_dir), "--role", "generator", "--out", str(tmp_path / "m")),
+            *("--merged", "--dtype", "float32"),
+        ]
     )
     tokens = torch.tensor(TOKENS)
     with torch.no_grad():

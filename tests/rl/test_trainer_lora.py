@@ -1,5 +1,5 @@
 """The train step with LoRA: only the adapters train (optimizer state adapter-shaped, base
-weights bit-for-bit unchanged, bf16 base allowed), the KL reference is the frozen base, and the
+weights bit-for-bit unchanged, a bf16 base), the KL reference is the initial policy, and the
 embedded sampler shares the updated adapters."""
 
 from __future__ import annotations
@@ -9,51 +9,21 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from lora_trainer import LORA, lora_batch, lora_trainer, write_base
 
-from tango_jax.models import Transformer, presets
-from tango_jax.models.lora import LoraConfig
 from tango_jax.models.tokenizer import tiny_tokenizer
-from tango_jax.parallel.mesh import MeshConfig, make_mesh
-from tango_jax.rl.batch import make_batch
-from tango_jax.rl.train_step import LossConfig, OptimizerConfig, TrainerConfig
-from tango_jax.rl.trainer import Trainer
 from tango_jax.rollout.base import Prompt, SamplingParams
 from tango_jax.rollout.jax_sampler import JaxSampler
 
-LORA = LoraConfig(rank=4, alpha=8.0, targets=("q_proj", "v_proj", "o_proj", "down_proj"))
-CONFIG = presets.get(
-    "tiny-qwen2", vocab_size=64, embed_dim=64, mlp_dim=96, lora=LORA, param_dtype=jnp.bfloat16
-)
-
-
-def _batch(rows=8, seed=0):
-    rng = np.random.default_rng(seed)
-    prompts = [rng.integers(2, 64, size=rng.integers(2, 9)).tolist() for _ in range(rows)]
-    responses = [rng.integers(2, 64, size=rng.integers(1, 12)).tolist() for _ in range(rows)]
-    return make_batch(
-        prompts,
-        responses,
-        advantages=[rng.normal(size=len(r)).tolist() for r in responses],
-        prompt_bucket=8,
-        response_bucket=8,
-    )
-
 
 @pytest.fixture(scope="module")
-def trained():
+def trained(tmp_path_factory):
     """(trainer, base state before, first step's metrics) after two LoRA steps with the KL
-    term on (reference: the frozen base)."""
-    mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
-    model = Transformer(CONFIG, rngs=nnx.Rngs(0))
-    cfg = TrainerConfig(
-        micro_batch_size=4,
-        optimizer=OptimizerConfig(learning_rate=3e-2),
-        loss=LossConfig(kl_coef=0.1),
-    )
-    trainer = Trainer(model, cfg, mesh=mesh)  # no ref_model: LoRA's reference is the base
-    base = jax.device_get(nnx.state(model, nnx.Not(nnx.LoRAParam)))
-    first, _ = trainer.step(_batch(seed=3))
-    trainer.step(_batch(seed=4))  # same bucketed shapes
+    term on."""
+    trainer = lora_trainer(write_base(tmp_path_factory.mktemp("lora") / "base"))
+    base = jax.device_get(nnx.state(trainer.model, nnx.Not(nnx.LoRAParam)))
+    first, _ = trainer.step(lora_batch(1))
+    trainer.step(lora_batch(2))
     return trainer, base, first
 
 
@@ -64,7 +34,7 @@ def test_only_adapters_train_and_the_optimizer_holds_adapter_shaped_state(traine
     opt_arrays = [x for x in jax.tree.leaves(trainer.opt_state) if x.ndim]
     assert opt_arrays and {x.shape for x in opt_arrays} <= adapter_shapes
     n_adapters = len(jax.tree.leaves(trainer.params))
-    assert n_adapters == 2 * 4 * CONFIG.num_layers  # A and B of 4 targets per layer
+    assert n_adapters == 2 * len(LORA.targets) * trainer.model.config.num_layers  # A and B
     assert len(opt_arrays) == 2 * n_adapters  # AdamW's mu and nu, nothing for the base
     now = jax.device_get(nnx.state(trainer.model, nnx.Not(nnx.LoRAParam)))
     for before, after in zip(jax.tree.leaves(base), jax.tree.leaves(now)):
@@ -72,7 +42,7 @@ def test_only_adapters_train_and_the_optimizer_holds_adapter_shaped_state(traine
         np.testing.assert_array_equal(before, after)  # frozen, bit for bit
     b = trainer.model.layers[0].attention.adapters["q"].lora_b[...]
     assert np.abs(np.asarray(b)).max() > 0  # the adapters moved off their zero start
-    assert first["loss/kl"] == 0.0  # zero adapters: the policy is its reference
+    assert first["loss/kl"] == 0.0  # B = 0: the policy is its reference
 
 
 def test_embedded_sampler_sees_the_updated_adapters(trained):
