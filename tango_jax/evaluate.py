@@ -174,7 +174,7 @@ def _run_role_path(run_dir: Path, step: str, kind: Kind, out_dir: Path) -> tuple
         from tango_jax.export import export_hf
 
         log.info("exporting the %s of step %d to %s", name, chosen, out)
-        export_hf(ckpt_dir, chosen, name, out, overwrite=True)
+        export_hf(ckpt_dir, chosen, name, out, overwrite=True, merged=True)  # LoRA: merged
     return out, f"step {chosen}"
 
 
