@@ -89,6 +89,11 @@ class Trainer:
             and not lora
         ):
             raise ValueError("loss.kl_coef > 0 needs a ref_model (the frozen initial policy).")
+        if lora and ref_model is not None:
+            raise ValueError(
+                "a LoRA model's KL reference is its initial adapters over its own frozen base; "
+                "pass no ref_model."
+            )
         # Every input of the step lives on an explicit NamedSharding of `mesh` (parameters per
         # the logical-axis rules), the same in and out, so the step compiles exactly once.
         shard_model(model, mesh)
