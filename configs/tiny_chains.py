@@ -36,9 +36,12 @@ paired):
 Every arm that trains the generator makes GENERATOR_STEPS generator updates, evaluated every
 EVAL_EVERY, with the same α schedule over them.
 
-SFT checkpoints: `python scripts/assets/make_tiny_sft.py --config configs/tiny_chains.py --out
-tango_jax/assets/tiny_chains_sft` (the miniature's three phases on these chains; the generator's
-SFT is shorter, so that it keeps room to learn: docs/chains.md has the numbers).
+SFT checkpoints: not shipped yet. `python scripts/assets/make_tiny_sft.py --config
+configs/tiny_chains.py --out tango_jax/assets/tiny_chains_sft` makes them (the miniature's three
+phases on these chains, hours on 2 cores; the generator's SFT is shorter, so that it keeps room
+to learn), `,scratch` runs the SFT inside the run, and a generator of one's own is
+`--config.generator.model.path=...`. The seed-0 gate on this setting failed: no arm learns in 36
+updates at lr 1e-4 (docs/chains.md).
 """
 
 from pathlib import Path
