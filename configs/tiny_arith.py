@@ -1,6 +1,6 @@
 """Tiny Tango on synthetic arithmetic: the default run, end to end on a 2-core CPU.
 
-    python -m tango_jax.train --config configs/tiny_arith.py             # Tango (~5 min)
+    python -m tango_jax.train --config configs/tiny_arith.py             # Tango (~9 min)
     python -m tango_jax.train --config configs/tiny_arith.py --config.seed=1 \\
         --config.run_dir=runs/tiny_arith_s1
     python -m tango_jax.train --config configs/tiny_arith.py:grpo        # rule-reward baseline
