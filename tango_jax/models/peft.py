@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -64,7 +62,7 @@ def save_peft_adapter(
     under a temporary name, then renamed into place)."""
     from safetensors.numpy import save_file
 
-    from tango_jax.models.hf import to_host
+    from tango_jax.models.hf import staged_directory, to_host
 
     if not model.config.lora.enabled:
         raise ValueError("save_peft_adapter: the model has no LoRA adapters (lora.rank is 0).")
@@ -76,18 +74,10 @@ def save_peft_adapter(
     for prefix, a, b in _peft_entries(model):
         tensors[f"{prefix}.lora_A.weight"] = np.ascontiguousarray(to_host(flat[a].get_value()).T)
         tensors[f"{prefix}.lora_B.weight"] = np.ascontiguousarray(to_host(flat[b].get_value()).T)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-    try:
+    with staged_directory(path) as tmp:
         save_file(tensors, str(tmp / ADAPTER_WEIGHTS), metadata={"format": "pt"})
         config = peft_config(model.config.lora, base_model)
         (tmp / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2) + "\n")
-        if path.exists():
-            shutil.rmtree(path)
-        tmp.rename(path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return path
 
 
