@@ -47,9 +47,9 @@ updates at lr 1e-4 (docs/chains.md).
 from pathlib import Path
 
 import tango_jax
-from tango_jax.config.run import base_config
+from tango_jax.config.run import STUDY_ARMS, apply_study_arm, base_config
 
-VARIANTS = ("tango", "grpo", "fixed_verifier", "oracle", "noisy_oracle", "fixed_generator")
+VARIANTS = STUDY_ARMS
 SFT_ASSETS = Path(tango_jax.__file__).resolve().parent / "assets" / "tiny_chains_sft"
 GENERATOR_STEPS = 36  # generator updates of every arm that trains the generator
 EVAL_EVERY = 12  # generator updates between held-out evaluations
@@ -149,24 +149,8 @@ def get_config(arg: str = "tango"):
         stage.trainer.optimizer.learning_rate = 3e-3
         stage.trainer.micro_batch_size = 8
         stage.num_examples = steps * 32  # every example seen about once
-    if variant == "fixed_generator":  # tango's verifier updates, the generator never updated
-        c.generator.trainable = False
-        c.schedule.total_steps = VERIFIER_WARMUP + GENERATOR_STEPS // 3
-        c.eval.every_verifier_steps = 4
-        c.eval.sampled = False  # the generator does not change: its step-0 numbers stand
-        return c
-    if variant != "tango":  # the same generator steps, no verifier updates
-        c.verifier.trainable = False
-        c.schedule.total_steps = GENERATOR_STEPS
-        c.schedule.verifier_warmup_steps = 0
-        c.eval.after_verifier_warmup = False
-    if variant in ("grpo", "oracle", "noisy_oracle"):
-        c.verifier.enable = False
-        c.sft.verifier.enable = False
-    if variant == "grpo":
-        c.algorithm.step_rewards = False
-    if variant in ("oracle", "noisy_oracle"):
-        c.algorithm.step_source = "oracle"
-        c.algorithm.oracle_flip_prob = q if variant == "noisy_oracle" else 0.0
-        c.algorithm.oracle_closing_step = True
-    return c
+    if variant not in ("tango", "fixed_generator"):
+        c.eval.after_verifier_warmup = False  # these arms have no verifier warm-up
+    return apply_study_arm(
+        c, variant, generator_steps=GENERATOR_STEPS, verifier_warmup=VERIFIER_WARMUP, q=q
+    )
