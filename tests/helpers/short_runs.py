@@ -49,6 +49,9 @@ def short_config(
     for field, value in (data or {}).items():
         c.data[field] = value
     c.data.eval_size = 4
+    # 16 miniature-ProcessBench items instead of 128: each evaluation verifies them all (12 of
+    # its 13 s on the loaded machine), and no test here reads more than that they are verified.
+    c.eval.process_bench_size = 16
     trains_verifier = c.verifier.enable and c.verifier.trainable
     c.schedule.total_steps = total_steps
     c.schedule.verifier_warmup_steps = 1 if trains_verifier else 0
