@@ -58,7 +58,7 @@ from tango_jax.run.dynamic_sampling import StepBatches
 from tango_jax.run.evaluation import evaluate
 from tango_jax.run.host_state import HostState
 from tango_jax.run.overlap import Prefetch
-from tango_jax.run.roles import Role, build_role
+from tango_jax.run.roles import Role, build_role, start_samplers
 from tango_jax.run.sft import initial_tokenizer, prepare_rl_start
 from tango_jax.run.sft_progress import SFTStopped
 from tango_jax.run.signals import StopPoint, StopSignals
@@ -116,9 +116,17 @@ class TangoLoop:
         }
         trained = trained_roles(cfg)
         roles = {}
-        for k, path in paths.items():
-            log.info("loading the %s from %s (model, trainer, sampler)", k.value, path)
-            roles[k] = build_role(k, cfg.role(k), path, mesh, with_trainer=k in trained)
+        try:
+            for k, path in paths.items():
+                log.info("loading the %s from %s (model, trainer, sampler)", k.value, path)
+                roles[k] = build_role(
+                    k, cfg.role(k), path, mesh, with_trainer=k in trained, start_sampler=False
+                )
+        except BaseException:
+            for r in roles.values():
+                r.sampler.close()
+            raise
+        start_samplers(roles.values())  # both roles' vLLM servers come up side by side
         return roles
 
     # --- the run -----------------------------------------------------------------------------

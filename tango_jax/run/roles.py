@@ -4,8 +4,9 @@ two `Role`s built by the same code from their `RoleConfig`.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -109,7 +110,10 @@ def make_sampler(
     tokenizer,
     mesh: Mesh,
     init_path: Path,
+    *,
+    start: bool = True,
 ) -> Sampler:
+    """The role's sampler; start=False leaves a vLLM sampler's servers to `start_samplers`."""
     s = cfg.sampler
     if s.backend is SamplerBackend.JAX:
         return JaxSampler(
@@ -120,11 +124,16 @@ def make_sampler(
             prompt_bucket=s.prompt_bucket,
             decode_block=s.decode_block,
         )
-    return _vllm_sampler(cfg, model, model_config, init_path)
+    return _vllm_sampler(cfg, model, model_config, init_path, start=start)
 
 
 def _vllm_sampler(
-    cfg: RoleConfig, model: Transformer | None, model_config: ModelConfig, init_path: Path
+    cfg: RoleConfig,
+    model: Transformer | None,
+    model_config: ModelConfig,
+    init_path: Path,
+    *,
+    start: bool = True,
 ) -> Sampler:
     """A VLLMSampler: launched servers serving `init_path`, or running ones at urls.
 
@@ -137,16 +146,22 @@ def _vllm_sampler(
 
     config = cfg.sampler.vllm.sampler_config(str(init_path), cfg.max_sequence_len)
     provider = None if model is None else (lambda: nnx.state(model))
-    return VLLMSampler(config, model_config, state_provider=provider)
+    return VLLMSampler(config, model_config, state_provider=provider, start=start)
 
 
 def build_role(
-    kind: Kind, cfg: RoleConfig, init_path: Path, mesh: Mesh, *, with_trainer: bool
+    kind: Kind,
+    cfg: RoleConfig,
+    init_path: Path,
+    mesh: Mesh,
+    *,
+    with_trainer: bool,
+    start_sampler: bool = True,
 ) -> Role:
     """Loads the model (sharded), its tokenizer, a frozen reference copy for the KL term (only
     when the loss uses one and the role has no LoRA adapters, whose reference is the frozen
     base), the trainer and the sampler. A frozen role sampled by vLLM loads no JAX parameters
-    at all."""
+    at all. start_sampler=False: a vLLM sampler's servers are started by `start_samplers`."""
     numerics = dict(cfg.model_numerics(), lora=cfg.lora)
     tokenizer = load_tokenizer(init_path)
     model = None
@@ -160,5 +175,27 @@ def build_role(
         separate_ref = cfg.trainer.loss.kl_coef and not cfg.lora.enabled
         ref = from_pretrained(init_path, mesh=mesh, **numerics) if separate_ref else None
         trainer = Trainer(model, cfg.trainer, mesh=mesh, ref_model=ref)
-    sampler = make_sampler(cfg, model, model_config, tokenizer, mesh, init_path)
+    sampler = make_sampler(
+        cfg, model, model_config, tokenizer, mesh, init_path, start=start_sampler
+    )
     return Role(kind, cfg, init_path, model, tokenizer, trainer, sampler)
+
+
+def start_samplers(roles: Iterable[Role]) -> None:
+    """Starts the roles' unstarted vLLM samplers at the same time: each launches its servers
+    and waits for them to load the model (seconds for a tiny model, minutes for a 7B one), so
+    the generator's and the verifier's servers come up side by side instead of one after the
+    other. If any fails, every role's sampler is closed (no server is left running) and the
+    first error is raised."""
+    roles = list(roles)
+    pending = [r.sampler for r in roles if getattr(r.sampler, "started", True) is False]
+    if not pending:
+        return
+    with cf.ThreadPoolExecutor(len(pending)) as pool:
+        futures = [pool.submit(sampler.start) for sampler in pending]
+        errors = [f.exception() for f in futures]  # waits for all of them
+    failed = [e for e in errors if e is not None]
+    if failed:
+        for r in roles:
+            r.sampler.close()
+        raise failed[0]

