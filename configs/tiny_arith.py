@@ -6,6 +6,7 @@
     python -m tango_jax.train --config configs/tiny_arith.py:grpo        # rule-reward baseline
     python -m tango_jax.train --config configs/tiny_arith.py:fixed_verifier
     python -m tango_jax.train --config configs/tiny_arith.py:tango,scratch   # SFT in the run too
+    python -m tango_jax.train --config configs/tiny_arith.py:lora        # Tango, LoRA on both
 
 The config string is VARIANT[,scratch]. By default RL starts from the SFT checkpoints shipped
 in tango_jax/assets/tiny_arith_sft/ (2-layer Qwen2-style models, head size 64, 0.5M parameters,
@@ -35,7 +36,7 @@ from pathlib import Path
 import tango_jax
 from tango_jax.config.run import base_config
 
-VARIANTS = ("tango", "grpo", "fixed_verifier")
+VARIANTS = ("tango", "grpo", "fixed_verifier", "lora")
 STARTS = ("", "scratch")
 # The SFT checkpoints RL starts from by default (scripts/assets/make_tiny_sft.py writes them).
 SFT_ASSETS = Path(tango_jax.__file__).resolve().parent / "assets" / "tiny_arith_sft"
@@ -44,7 +45,8 @@ SFT_ASSETS = Path(tango_jax.__file__).resolve().parent / "assets" / "tiny_arith_
 def get_config(arg: str = "tango"):
     """arg: VARIANT[,scratch]. VARIANT: tango (default) | grpo (rule-based reward only, no
     verifier; the same number of generator steps) | fixed_verifier (the SFT verifier, never
-    updated). `,scratch`: random init and SFT inside the run instead of the shipped SFT."""
+    updated) | lora (Tango with LoRA adapters on both roles, docs/lora.md). `,scratch`: random
+    init and SFT inside the run instead of the shipped SFT."""
     variant, _, start = arg.partition(",")
     if variant not in VARIANTS:
         raise ValueError(
@@ -130,10 +132,17 @@ def get_config(arg: str = "tango"):
     c.sft.verifier.num_examples = 64_000  # every example seen about once
     # from scratch, the verifier's SFT starts from the SFT generator: it can do the arithmetic
     c.sft.verifier.start_from_generator = start == "scratch"
-    if variant != "tango":  # same generator steps (36), no verifier updates
+    if variant in ("grpo", "fixed_verifier"):  # same generator steps (36), no verifier updates
         c.verifier.trainable = False
         c.schedule.total_steps = 36
         c.schedule.verifier_warmup_steps = 0
+    if variant == "lora":  # Tango; both roles train adapters only, the SFT models frozen
+        for role in (c.generator, c.verifier):
+            # rank 8 on all seven projections of the 128-wide model (PEFT's usual r 8, alpha
+            # 16), lr 10x full fine-tuning's (the common LoRA rule; not tuned here)
+            role.lora.rank = 8
+            role.lora.alpha = 16.0
+            role.trainer.optimizer.learning_rate = 1e-3
     if variant == "grpo":
         c.verifier.enable = False
         c.algorithm.step_rewards = False

@@ -88,3 +88,25 @@ def test_a_peft_adapter_to_start_from_is_checked_before_the_run(adapter, tmp_pat
     )
     with pytest.raises(ConfigError, match="would not reach the vLLM server of a frozen verifier"):
         check_lora_start("verifier", frozen)
+
+
+def test_the_tiny_configs_lora_variant_is_tango_with_adapters_on_both_roles():
+    """configs/tiny_arith.py:lora differs from :tango only in each role's adapters and lr (and
+    its name and run directory)."""
+    variant = sibling_config(str(CONFIGS / "x.py"), "tiny_arith")
+    tango, lora = (to_dict(load_run_config(variant.get_config(v))) for v in ("tango", "lora"))
+
+    def flat(d, prefix=""):
+        out = {}
+        for k, v in d.items():
+            out |= flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v}
+        return out
+
+    a, b = flat(tango), flat(lora)
+    changed = {k for k in a if a[k] != b[k]}
+    roles = ("generator", "verifier")
+    assert changed == {"name", "run_dir"} | {
+        f"{r}.{f}" for r in roles for f in ("lora.rank", "trainer.optimizer.learning_rate")
+    }
+    assert [b[f"{r}.lora.rank"] for r in roles] == [8, 8] and b["name"] == "tiny_arith_lora"
+    assert [b[f"{r}.lora.alpha"] for r in roles] == [16.0, 16.0]
