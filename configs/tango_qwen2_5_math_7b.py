@@ -32,12 +32,21 @@ internet (`huggingface-cli download Qwen/Qwen2.5-7B --local-dir models/Qwen2.5-7
 `huggingface-cli download --repo-type dataset PRIME-RL/Eurus-2-RL-Data --local-dir ...`).
 Everything not set below is the paper's default (tango_jax/config/run.py and the dataclasses
 it embeds, one comment per field).
+
+Variants (`configs/tango_qwen2_5_math_7b.py:VARIANT`): "" (the above, full fine-tuning) and
+"lora": both roles train rank-64 LoRA adapters (alpha 128) on all seven projections over a
+bfloat16 base, lr 1e-5; memory plans on one GPU and one node in docs/scaling.md ("LoRA: the
+paper's 7B + 7B on one GPU / one node").
 """
 
 from tango_jax.config.run import base_config
 
+VARIANTS = ("", "lora")
 
-def get_config():
+
+def get_config(variant: str = ""):
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; choose one of {VARIANTS}.")
     c = base_config()
     c.name = "tango_qwen2_5_math_7b"
     c.run_dir = "runs/tango_qwen2_5_math_7b"
@@ -65,4 +74,20 @@ def get_config():
     # Drift of the untrained rollout batches would cost a verifier forward over 1280 x 8K
     # tokens per generator step; the trained batches' drift is logged regardless.
     c.drift_all_batches = False
+    if variant == "lora":
+        c.name = "tango_qwen2_5_math_7b_lora"
+        c.run_dir = "runs/tango_qwen2_5_math_7b_lora"
+        for role in (c.generator, c.verifier):
+            # Rank 64 on all seven projections ("all-linear"): the middle of the 32-128 that
+            # LoRA recipes for RL on 7B models commonly use (RL's updates want more rank than
+            # the r 8-16 of SFT recipes); alpha = 2r, the common PEFT choice. Not tuned.
+            # ~160M adapter parameters per 7B model.
+            role.lora.rank = 64
+            role.lora.alpha = 128.0
+            # The frozen base in bfloat16 (7.6 GB per model instead of 15.2); adapters, their
+            # AdamW state and the KL reference (the initial adapters) stay float32.
+            role.param_dtype = "bfloat16"
+            # 10x full fine-tuning's 1e-6, the usual LoRA rule (as configs/tiny_arith.py:lora);
+            # not tuned.
+            role.trainer.optimizer.learning_rate = 1e-5
     return c

@@ -37,7 +37,8 @@ ALL = (
             *("fixed_generator", "tango,scratch", "oracle,alpha0=0.5"),
         )
     ]
-    + [("tango_qwen2_5_math_7b", None), ("tango_llama3_1_8b", None), ("sft_qwen2_5_math_7b", None)]
+    + [("tango_qwen2_5_math_7b", None), ("tango_qwen2_5_math_7b", "lora")]
+    + [("tango_llama3_1_8b", None), ("sft_qwen2_5_math_7b", None)]
     + [
         ("baselines_qwen2_5_math_7b", v)
         for v in (

@@ -90,11 +90,8 @@ def test_a_peft_adapter_to_start_from_is_checked_before_the_run(adapter, tmp_pat
         check_lora_start("verifier", frozen)
 
 
-def test_the_tiny_configs_lora_variant_is_tango_with_adapters_on_both_roles():
-    """configs/tiny_arith.py:lora differs from :tango only in each role's adapters and lr (and
-    its name and run directory)."""
-    variant = sibling_config(str(CONFIGS / "x.py"), "tiny_arith")
-    tango, lora = (to_dict(load_run_config(variant.get_config(v))) for v in ("tango", "lora"))
+def _flat_config(name: str, variant: str) -> dict:
+    """configs/<name>.py:<variant>, loaded and validated, as {"a.b.c": value}."""
 
     def flat(d, prefix=""):
         out = {}
@@ -102,7 +99,14 @@ def test_the_tiny_configs_lora_variant_is_tango_with_adapters_on_both_roles():
             out |= flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v}
         return out
 
-    a, b = flat(tango), flat(lora)
+    module = sibling_config(str(CONFIGS / "x.py"), name)
+    return flat(to_dict(load_run_config(module.get_config(variant))))
+
+
+def test_the_tiny_configs_lora_variant_is_tango_with_adapters_on_both_roles():
+    """configs/tiny_arith.py:lora differs from :tango only in each role's adapters and lr (and
+    its name and run directory)."""
+    a, b = (_flat_config("tiny_arith", v) for v in ("tango", "lora"))
     changed = {k for k in a if a[k] != b[k]}
     roles = ("generator", "verifier")
     assert changed == {"name", "run_dir"} | {
@@ -110,3 +114,28 @@ def test_the_tiny_configs_lora_variant_is_tango_with_adapters_on_both_roles():
     }
     assert [b[f"{r}.lora.rank"] for r in roles] == [8, 8] and b["name"] == "tiny_arith_lora"
     assert [b[f"{r}.lora.alpha"] for r in roles] == [16.0, 16.0]
+
+
+def test_the_7b_configs_lora_variant_is_the_paper_setting_with_adapters_on_both_roles():
+    """configs/tango_qwen2_5_math_7b.py:lora differs from the plain config only in each role's
+    adapters (rank 64, alpha 128, all seven projections), its bfloat16 base and its lr (and its
+    name and run directory), the setting planned in docs/scaling.md; an unknown variant is
+    refused in one line naming it and the choices."""
+    a, b = (_flat_config("tango_qwen2_5_math_7b", v) for v in ("", "lora"))
+    roles = ("generator", "verifier")
+    fields = ("lora.rank", "lora.alpha", "param_dtype", "trainer.optimizer.learning_rate")
+    assert {k for k in a if a[k] != b[k]} == {"name", "run_dir"} | {
+        f"{r}.{f}" for r in roles for f in fields
+    }
+    for r in roles:
+        assert (b[f"{r}.lora.rank"], b[f"{r}.lora.alpha"]) == (64, 128.0)
+        assert (
+            tuple(b[f"{r}.lora.targets"]) == tuple(PROJECTIONS)
+            and b[f"{r}.param_dtype"] == "bfloat16"
+        )
+    assert b["name"] == "tango_qwen2_5_math_7b_lora"
+    module = sibling_config(str(CONFIGS / "x.py"), "tango_qwen2_5_math_7b")
+    with pytest.raises(
+        ValueError, match=r"^unknown variant 'lroa'; choose one of \('', 'lora'\)\.$"
+    ):
+        module.get_config("lroa")
