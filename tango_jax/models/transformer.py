@@ -581,12 +581,23 @@ class Transformer(nnx.Module):
         )
 
     def forward_with_cache(
-        self, tokens_BxT, cache: KVCache, token_valid_BxT=None, *, span: int | None = None
+        self,
+        tokens_BxT,
+        cache: KVCache,
+        token_valid_BxT=None,
+        *,
+        span: int | None = None,
+        last_only: bool = False,
     ):
         """Runs T new tokens per row through the model, appending them to `cache`.
 
         Prefill: a fresh cache and the (left- or right-) padded prompts, with `token_valid`
         marking real tokens. Decode: T = 1 per call. Returns (logits [B, T, V] f32, new cache).
+
+        last_only (static): logits of the last column only ([B, 1, V]): what a left-padded
+        prefill samples from. The full [B, T, V] float32 logits of a prefill are B·T·V·4 bytes
+        (159 GB for 64 rows of 4096 tokens at a 152K vocabulary), which XLA keeps even when
+        the caller reads one column.
 
         span (static): attention reads only cache slots 0..span-1 (the filled prefix) instead
         of all S slots; None reads all of them. The caller guarantees `index + T <= span`
@@ -614,4 +625,4 @@ class Transformer(nnx.Module):
             lengths=cache.lengths + new_valid.sum(axis=1, dtype=jnp.int32),
             index=cache.index + t,
         )
-        return self.logits_from_hidden(h), new_cache
+        return self.logits_from_hidden(h[:, -1:] if last_only else h), new_cache

@@ -110,7 +110,7 @@ def _generate(
     chunks = decode_chunks(p, n, decode_block)
     cache = KVCache.init(model.config, b, p + n, cache_dtype)
     logits, cache = model.forward_with_cache(
-        prompt_BxP, cache, valid_BxP, span=None if decode_block <= 0 else p
+        prompt_BxP, cache, valid_BxP, span=None if decode_block <= 0 else p, last_only=True
     )
     last = logits[:, -1]  # [B, V]: left padding puts every prompt's last token in column P-1
 

@@ -147,6 +147,26 @@ def test_kv_cache_decode_equals_full_forward(mech, padding, read):
         assert rel_err(np.stack(got[i]), expected) <= TOL, f"row {i} ({padding} padded)"
 
 
+def test_prefill_with_last_only_gives_the_last_column_and_the_same_cache(mech):
+    """`last_only=True` (the sampler's prefill): the last column of the full prefill's logits,
+    and the same cache, so the decode after it is unchanged."""
+    model = mech
+    prompt = jnp.asarray(_tokens(model.config.vocab_size, (3, 7)))
+    valid = jnp.asarray(np.arange(7)[None, :] >= np.array([[0], [4], [2]]))  # left padding
+    step = nnx.jit(
+        lambda m, tok, c, v, last: m.forward_with_cache(tok, c, v, last_only=last),
+        static_argnames="last",
+    )
+    full, cache_full = step(model, prompt, KVCache.init(model.config, 3, 9), valid, last=False)
+    only, cache_only = step(model, prompt, KVCache.init(model.config, 3, 9), valid, last=True)
+    assert only.shape == (3, 1, model.config.vocab_size)
+    np.testing.assert_allclose(
+        np.asarray(only[:, 0]), np.asarray(full[:, -1]), rtol=1e-6, atol=1e-6
+    )
+    for a, b in zip(jax.tree.leaves(cache_full), jax.tree.leaves(cache_only), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 def test_model_is_causal(mech):
     """d logits[t] / d embeddings[t'] == 0 for every t' > t (nanodo's gradient test)."""
     model = mech
