@@ -116,16 +116,11 @@ class TangoLoop:
         }
         trained = trained_roles(cfg)
         roles = {}
-        try:
-            for k, path in paths.items():
-                log.info("loading the %s from %s (model, trainer, sampler)", k.value, path)
-                roles[k] = build_role(
-                    k, cfg.role(k), path, mesh, with_trainer=k in trained, start_sampler=False
-                )
-        except BaseException:
-            for r in roles.values():
-                r.sampler.close()
-            raise
+        for k, path in paths.items():  # no server runs yet: nothing to close if one fails
+            log.info("loading the %s from %s (model, trainer, sampler)", k.value, path)
+            roles[k] = build_role(
+                k, cfg.role(k), path, mesh, with_trainer=k in trained, start_sampler=False
+            )
         start_samplers(roles.values())  # both roles' vLLM servers come up side by side
         return roles
 
