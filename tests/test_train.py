@@ -84,7 +84,7 @@ def test_dry_run_prints_the_resolved_config_and_writes_nothing(tmp_path):
         (
             [f"{TINY}:gpro"],
             f"config error: --config={TINY}:gpro: unknown variant 'gpro' in config string "
-            "'gpro'; choose one of ('tango', 'grpo', 'fixed_verifier').",
+            "'gpro'; choose one of ('tango', 'grpo', 'fixed_verifier', 'lora').",
         ),
         (
             [str(REPO / "configs" / "tiny.py")],

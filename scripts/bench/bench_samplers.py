@@ -18,11 +18,12 @@ EOS, so both backends generate about the same number of tokens.
 tokenizer decodes; ids it lacks decode to nothing, which the timing does not depend on).
 --backends: which of jax, vllm to run (the GPU image without vLLM: --backends jax).
 --decode: the JAX sampler's decode alone, against the memory-bandwidth limit: it also times a
-1-token generation (prefill, one sample) and takes the difference as the decode time of the
-remaining tokens. Each decode step must read every parameter and the KV cache (the sampler
-attends over the whole cache buffer, P + N slots, masked), so bytes / measured copy bandwidth
-(a jitted `x + 1` over a 1 GiB buffer, bytes read plus written) is the step's floor; the output
-gives decode tokens/s, the step time, that floor and their ratio (bandwidth_fraction).
+1-token generation (prefill, one sample) and takes the difference of the fastest of five calls
+of each as the decode time of the remaining tokens. Each decode step must read every parameter
+and the KV cache (the sampler attends over the whole cache buffer, P + N slots, masked), so
+bytes / measured copy bandwidth (a jitted `x + 1` over a 1 GiB buffer, bytes read plus written)
+is the step's floor; the output gives decode tokens/s, the step time, that floor and their
+ratio (bandwidth_fraction).
 """
 
 from __future__ import annotations
@@ -68,8 +69,10 @@ def copy_bandwidth(gib: float = 1.0, repeats: int = 10) -> float:
 def decode_numbers(sampler, prompts, params, model, bandwidth: float) -> dict[str, float]:
     """Decode tokens/s of the JAX sampler and its memory-bandwidth floor (see --decode)."""
     one = dataclasses.replace(params, max_tokens=1)
-    full = _timed(sampler, prompts, params)
-    prefill = _timed(sampler, prompts, one)
+    # The fastest of five calls each: the difference of two medians went negative for a toy
+    # model on a loaded machine, where the decode is a few ms against tens of ms of noise.
+    full = _timed(sampler, prompts, params, repeats=5, stat=min)
+    prefill = _timed(sampler, prompts, one, repeats=5, stat=min)
     rows = len(prompts) * params.n
     steps = full["generated_tokens"] / rows - 1  # decode steps after the prefill's token
     if steps < 1:
@@ -78,6 +81,12 @@ def decode_numbers(sampler, prompts, params, model, bandwidth: float) -> dict[st
             "decode steps to time; raise --max-tokens or use a model that rarely emits EOS."
         )
     decode_s = full["seconds"] - prefill["seconds"]
+    if decode_s <= 0:
+        raise SystemExit(
+            f"--decode: generating {params.max_tokens} tokens took {full['seconds']} s, no longer "
+            f"than the 1-token prefill ({prefill['seconds']} s), so the decode time is noise; "
+            "raise --max-tokens or run on an idle machine."
+        )
     param_bytes = sum(x.nbytes for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
     slots = round_up(len(prompts[0].token_ids), sampler.prompt_bucket) + params.max_tokens
     batch = round_up(rows, sampler.row_bucket)
@@ -167,15 +176,15 @@ def offline_vllm(model_dir, dtype, prompts, params, *, eager: bool, devices, on_
     return json.loads(lines[-1].removeprefix("RESULT "))
 
 
-def _timed(sampler, prompts, params, repeats: int = 3) -> dict[str, float]:
-    """The median of `repeats` timed calls after a warm-up call (which compiles)."""
+def _timed(sampler, prompts, params, repeats: int = 3, stat=statistics.median) -> dict[str, float]:
+    """`stat` (median, or min) of `repeats` timed calls after a warm-up call (which compiles)."""
     sampler.generate(prompts, params)
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         out = sampler.generate(prompts, params)
         times.append(time.perf_counter() - t0)
-    seconds = statistics.median(times)
+    seconds = stat(times)
     tokens = sum(len(c.token_ids) for per_prompt in out for c in per_prompt)
     return {
         "generated_tokens": tokens,
