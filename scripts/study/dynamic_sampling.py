@@ -3,6 +3,7 @@
     python scripts/study/dynamic_sampling.py                      # seeds 1-5, runs/study_ds/
     python scripts/study/dynamic_sampling.py --seeds 1 2 --jobs 2 --max-rounds 4
     python scripts/study/dynamic_sampling.py --summary-only       # tables of finished runs
+    python scripts/study/dynamic_sampling.py --saved docs/dynamic_sampling/results.json
 
 Two arms per seed on configs/tiny_arith.py (Tango), both from the shipped SFT checkpoints, so
 arm `on` and arm `off` on seed S form a pair: `off` is the config as it is, `on` sets
@@ -19,6 +20,11 @@ resumed, i.e. skipped). Per run:
 * the verifier's step-ranking AUROC after RL (`tango_jax.study.arith.ranking`: its teacher-forced
   P(INCORRECT) of the first error against the other steps, on the run's miniature
   ProcessBench), and its change from the SFT verifier.
+
+--saved FILE: a results.json written before (the committed docs/dynamic_sampling/results.json):
+its (arm, seed) pairs are not run again, and their numbers stand in for runs not under ROOT, so
+a study resumes on another machine without the finished runs' checkpoints (a finished run under
+ROOT wins over its saved numbers).
 
 Writes ROOT/results.json (every number per arm and seed) and ROOT/table.md: each arm's mean ±
 95% t-interval over seeds, and the paired differences on - off with their 95% t-intervals and
@@ -138,6 +144,16 @@ def collect(root: Path, seeds: list[int], *, auroc: bool = True) -> dict:
     return results
 
 
+def with_saved(results: dict, saved: dict, seeds: list[int]) -> dict:
+    """`results` plus `saved`'s numbers of the `seeds` that `results` lacks, per arm."""
+    merged = {arm: dict(by_seed) for arm, by_seed in results.items()}
+    for arm, by_seed in saved.items():
+        for seed, numbers in by_seed.items():
+            if int(seed) in seeds:
+                merged.setdefault(arm, {}).setdefault(seed, numbers)
+    return merged
+
+
 def table(results: dict, seeds: list[int]) -> str:
     """Per arm mean ± 95% interval over seeds, and the paired on - off differences."""
     metrics = sorted({k for by_seed in results.values() for n in by_seed.values() for k in n})
@@ -167,8 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-rounds", type=int, default=4, help="dynamic_sampling_max_rounds")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
     p.add_argument("--summary-only", action="store_true")
+    p.add_argument("--saved", type=Path, help="an earlier results.json for runs not under ROOT")
     args = p.parse_args(argv)
-    pairs = [(arm, seed) for seed in args.seeds for arm in ARMS]
+    saved = json.loads(args.saved.read_text()) if args.saved else {}
+    pairs = [(a, s) for s in args.seeds for a in ARMS if str(s) not in saved.get(a, {})]
     for arm, seed in pairs:  # every config checked before the first run starts
         run_config(args.root, arm, seed, args.max_rounds, args.set)
     if not args.summary_only:
@@ -183,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
             for line in pool.map(one, pairs):
                 print(line, flush=True)
-    results = collect(args.root, args.seeds)
+    results = with_saved(collect(args.root, args.seeds), saved, args.seeds)
     args.root.mkdir(parents=True, exist_ok=True)
     (args.root / "results.json").write_text(json.dumps(results, indent=1, sort_keys=True))
     text = table(results, args.seeds)

@@ -79,3 +79,11 @@ def test_the_summary_pairs_the_arms_by_seed(tmp_path):
     assert row.startswith(
         "| sampled_accuracy/final | 0.600 ± 0.000 | 0.750 ± 0.635 | 0.150 ± 0.635 |"
     )
+
+
+def test_saved_seeds_stand_in_for_runs_on_another_machine_and_local_runs_win():
+    local = {"on": {"2": {"m": 0.9}}}
+    saved = {"on": {"1": {"m": 0.1}, "2": {"m": 0.2}, "7": {"m": 0.7}}, "off": {"1": {"m": 0.3}}}
+    merged = study.with_saved(local, saved, [1, 2])
+    assert merged == {"on": {"1": {"m": 0.1}, "2": {"m": 0.9}}, "off": {"1": {"m": 0.3}}}
+    assert local == {"on": {"2": {"m": 0.9}}}  # not changed in place
