@@ -72,6 +72,12 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--cpu-kv-cache-gib", type=float, default=2.0, help="with --cpu")
     p.add_argument("--enforce-eager", action="store_true", help="no torch.compile (fast start)")
     p.add_argument("--api-key-env", help="environment variable holding the API key")
+    p.add_argument(
+        "--max-lora-rank",
+        type=int,
+        default=0,
+        help="serve PEFT adapters up to this rank, loaded at run time (0: off)",
+    )
     p.add_argument("--log-dir", default="runs/vllm", help="one log file per replica")
     p.add_argument("--startup-timeout-s", type=float, default=900.0)
     return p.parse_args(argv), extra
@@ -100,6 +106,7 @@ def build_configs(args: argparse.Namespace, extra: list[str]) -> list[VLLMServer
             gpu_memory_utilization=args.gpu_memory_utilization,
             cpu_kv_cache_gib=args.cpu_kv_cache_gib if args.cpu else None,
             enforce_eager=args.enforce_eager,
+            max_lora_rank=args.max_lora_rank,
             weight_transfer_backend=None if args.backend == "none" else args.backend,
             api_key=api_key,
             extra_args=tuple(extra),

