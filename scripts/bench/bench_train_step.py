@@ -11,12 +11,21 @@ and the same step in PyTorch / `transformers` side by side (`--against-torch`).
     python scripts/bench/bench_train_step.py --preset qwen2.5-0.5b --dtype bfloat16 --remat \
         --batch 64 --micro-batch 16 --prompt-len 512 --response-len 1024 \
         --peak-tflops 989                                                   # one H100 (bf16)
+    python scripts/bench/bench_train_step.py --preset smollm2-135m --no-kl --batch 8 \
+        --prompt-len 64 --response-len 64 --lora-rank 8                     # LoRA on CPU
 
 Random weights and tokens (the step's cost does not depend on them). Prints one JSON object:
 compile_s, step_s (median of --steps timed steps after one warm-up), tokens_per_s, the model
 FLOPs per step (6 · params · tokens for matmuls + 12 · L · D · T² · B / 2 for causal
 attention, plus one extra forward for the reference model's KL term), achieved TFLOP/s and,
-with --peak-tflops, MFU.
+with --peak-tflops, MFU; trainable parameters and optimizer-state bytes; peak_rss_gb, the
+process's peak resident memory (Linux: ru_maxrss; on a CPU that is the step's memory, so
+compare two settings in two processes).
+
+--lora-rank R: rank-R adapters on every projection (alpha 2R), the base frozen: only the
+adapters train and the optimizer holds their state alone (`LoraConfig`). tflops_per_step stays
+full fine-tuning's count; --xla-flops adds XLA's count of the compiled step
+(xla_tflops_per_step), which has no gradients of the frozen weights.
 
 --against-torch (needs --no-kl; entropy coefficient 0): the same step in PyTorch with
 `transformers`' model of the same config and the same initial weights (copied from the JAX
@@ -33,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import sys
 import time
@@ -43,6 +53,7 @@ from flax import nnx
 
 from tango_jax.models import Transformer, presets
 from tango_jax.models.config import ATTENTION_KERNELS, dtype_from_name
+from tango_jax.models.lora import LoraConfig
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
 from tango_jax.parallel.partition import shard_model
 from tango_jax.rl.batch import TrainBatch
@@ -82,6 +93,9 @@ def model_config(args):
         dtype=dtype_from_name(args.dtype),
         remat=args.remat,
         attention=args.attention,
+        lora=LoraConfig(rank=args.lora_rank, alpha=2.0 * args.lora_rank)
+        if args.lora_rank
+        else LoraConfig(),
         **sizes,
     )
 
@@ -210,7 +224,15 @@ def main(argv: list[str]) -> int:
         help="LossConfig.logprob_vocab_block: the log-prob head over vocabulary blocks of this "
         "many columns (0: the whole vocabulary at once)",
     )
+    p.add_argument("--lora-rank", type=int, default=0, help="LoRA adapters of this rank (0: off)")
+    p.add_argument(
+        "--xla-flops",
+        action="store_true",
+        help="also report XLA's FLOP count of the compiled step (compiles it once more)",
+    )
     args = p.parse_args(argv)
+    if args.against_torch and args.lora_rank:
+        p.error("--against-torch times full fine-tuning: drop --lora-rank.")
     if args.against_torch and not args.no_kl:
         p.error("--against-torch compares the step without the KL term: add --no-kl.")
     entropy = args.entropy_coef
@@ -261,6 +283,7 @@ def main(argv: list[str]) -> int:
             twin.step()
             torch_times.append(time.perf_counter() - t0)
     step_s = statistics.median(times)
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB, before any extra compile
     if args.profile:  # one more step under the profiler (not timed)
         with jax.profiler.trace(args.profile, create_perfetto_trace=True):
             trainer.step(batch)
@@ -280,7 +303,23 @@ def main(argv: list[str]) -> int:
         "tokens_per_s": round(b * (pl + rl) / step_s, 1),
         "tflops_per_step": round(flops / 1e12, 4),
         "achieved_tflops": round(flops / step_s / 1e12, 4),
+        "lora_rank": args.lora_rank,
+        "trained_params": sum(x.size for x in jax.tree.leaves(trainer.params)),
+        "opt_state_bytes": sum(x.nbytes for x in jax.tree.leaves(trainer.opt_state)),
+        "peak_rss_gb": round(peak_rss / 2**20, 3),
     }
+    if args.xla_flops:  # what the compiled program computes (e.g. no frozen-weight gradients)
+        with jax.set_mesh(mesh):
+            lowered = trainer._jitted.lower(
+                trainer.params,
+                trainer.opt_state,
+                trainer.ref_params,
+                trainer._device_batch(batch),
+                trainer.frozen,
+            )
+        cost = lowered.compile().cost_analysis()
+        cost = cost[0] if isinstance(cost, list) else cost
+        out["xla_tflops_per_step"] = round(cost["flops"] / 1e12, 4)
     if args.peak_tflops:
         out["mfu"] = round(flops / step_s / 1e12 / (args.peak_tflops * jax.device_count()), 4)
     if twin is not None:

@@ -49,6 +49,25 @@ def test_train_step_benchmark_times_the_same_step_as_its_pytorch_twin():
     assert out["tokens_per_s"] > 0 and out["ratio"] > 0 and out["mfu"] > 0
 
 
+def test_train_step_benchmark_with_lora_trains_and_keeps_state_for_the_adapters_alone():
+    from tango_jax.models import presets
+
+    rank = 2
+    out = _run(
+        "bench_train_step.py",
+        *("--preset", "tiny-qwen2", "--batch", "2", "--prompt-len", "8", "--response-len", "8"),
+        *("--no-kl", "--steps", "1", "--lora-rank", str(rank)),
+    )
+    c = presets.get("tiny-qwen2")
+    d, q, kv, f = c.embed_dim, c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, c.mlp_dim
+    # A [in, r] and B [r, out] of q, k, v, o, gate, up, down in every layer
+    widths = (d + q) + 2 * (d + kv) + (q + d) + 3 * (d + f)
+    assert out["trained_params"] == c.num_layers * rank * widths
+    # AdamW's two float32 moments of the adapters, plus a few scalars (step counts)
+    assert 0 <= out["opt_state_bytes"] - 2 * 4 * out["trained_params"] < 64
+    assert out["lora_rank"] == rank and out["step_s"] > 0 and out["peak_rss_gb"] > 0
+
+
 def test_sampler_benchmark_decode_numbers_are_consistent():
     out = _run(
         "bench_samplers.py",
