@@ -39,6 +39,13 @@ float32 gradients at once (20 GB of the 7B generator's whole-depth plan); a GPU'
 stops at a threshold far below one 7B layer's gradients. `--cpu_combiner` keeps it, for the
 plans recorded before 2026-11-27 (docs/scaling.md).
 
+A role whose sampler is the embedded JAX one (`<role>.sampler.backend=jax`) gets a second row,
+"<role> sampling": its generate call at the largest (`sampler.max_rows` rows, or a step's if
+fewer, prompts padded to the role's prompt budget, `rollout.max_tokens` new tokens), planned
+the same way (`rl.memory_plan.generate_memory`); its "batch" column is the KV cache (held in
+its temporaries), and its "other_model_resident" counts the role's own optimizer state and
+reference besides the other model, since the sampler runs between the steps beside them.
+
 Caveat: the plan is the CPU compiler's. GPU XLA fuses differently and assigns buffers
 differently (and CPU may widen bf16 arithmetic to f32), so read the temporaries as an estimate
 of the GPU's, not as its figure; the parameter, optimizer-state and batch bytes are exact.
@@ -99,13 +106,17 @@ from pathlib import Path  # noqa: E402
 from absl import app, flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
+from tango_jax.config.roles import SamplerBackend  # noqa: E402
 from tango_jax.config.run import RunConfig, load_run_config, trained_roles  # noqa: E402
 from tango_jax.models import presets, read_config  # noqa: E402
 from tango_jax.models.config import ModelConfig  # noqa: E402
+from tango_jax.parallel.buckets import round_up  # noqa: E402
 from tango_jax.parallel.mesh import make_mesh  # noqa: E402
 from tango_jax.rl.memory_plan import (  # noqa: E402
     GB,
+    GenerateMemory,
     StepMemory,
+    generate_memory,
     gpu_attention_proxy,
     linear_fit,
     step_memory,
@@ -177,28 +188,82 @@ def role_plans(cfg: RunConfig, mesh, layers: list[int] | None) -> dict[str, Step
         plan = plans[0] if layers is None else linear_fit(*plans, mcfg.num_layers)
         out[kind.value] = plan
         print(f"  {kind.value}: {mcfg.num_layers} layers, {shape}", file=sys.stderr)
+        if role.sampler.backend is SamplerBackend.JAX:
+            out[f"{kind.value} sampling"] = sampler_plan(cfg, kind, mcfg, mesh, depths, layers)
     return out
 
 
-def table(plans: dict[str, StepMemory], cfg: RunConfig) -> list[dict]:
+def sampler_rows(cfg: RunConfig, kind, mesh) -> int:
+    """Rows of the role's largest generate call: `max_rows`, or a whole step's if fewer."""
+    role, dp = cfg.role(kind), mesh.shape["data"] * mesh.shape["fsdp"]
+    step_rows = cfg.data.prompts_per_step * role.rollout.n
+    return min(round_up(role.sampler.max_rows, dp), round_up(step_rows, dp))
+
+
+def sampler_plan(cfg: RunConfig, kind, mcfg, mesh, depths, layers) -> GenerateMemory:
+    """The embedded JAX sampler's generate call at its largest: `max_rows` rows (or all of a
+    step's, if fewer) of prompts padded to the role's prompt budget, `rollout.max_tokens` new."""
+    role = cfg.role(kind)
+    s = role.sampler
+    shape = dict(
+        rows=sampler_rows(cfg, kind, mesh),
+        prompt_len=round_up(role.max_prompt_len, s.prompt_bucket),
+        max_tokens=role.rollout.max_tokens,
+        decode_block=s.decode_block,
+    )
+    plans = []
+    for depth in depths:
+        t0 = time.perf_counter()
+        plans.append(generate_memory(mcfg.replace(num_layers=depth), mesh, **shape))
+        q = plans[-1]
+        print(
+            f"  {kind.value} sampling: compiled at {depth} layers in "
+            f"{time.perf_counter() - t0:.0f} s: KV cache {q.kv_cache / GB:.2f} GB, "
+            f"temporaries {q.temporaries / GB:.2f} GB, peak {q.peak / GB:.2f} GB",
+            file=sys.stderr,
+        )
+    print(f"  {kind.value} sampling: {shape}", file=sys.stderr)
+    return plans[0] if layers is None else linear_fit(*plans, mcfg.num_layers)
+
+
+def table(plans: dict[str, StepMemory | GenerateMemory], cfg: RunConfig, mesh) -> list[dict]:
+    """One row per train step and per JAX sampler: its peak beside what else stays resident
+    (a sampler runs beside its own role's optimizer state and reference too)."""
+    steps = {n: p for n, p in plans.items() if isinstance(p, StepMemory)}
     rows = []
     for name, p in plans.items():
-        other = sum(q.resident for n, q in plans.items() if n != name)
-        total = p.peak + other
-        row = {
-            "step": name,
-            "micro_batch": cfg.role(Kind(name)).trainer.micro_batch_size,
-            "params": p.params / GB,
-            "opt_state": p.opt_state / GB,
-            "ref_params": p.ref_params / GB,
-            "batch": p.batch / GB,
-            "xla_arguments": p.arguments / GB,
-            "xla_outputs_not_aliased": (p.outputs - p.aliased) / GB,
-            "xla_temporaries": p.temporaries / GB,
-            "step_peak": p.peak / GB,
-            "other_model_resident": other / GB,
-            "device_total": total / GB,
-        }
+        role = name.removesuffix(" sampling")
+        other = sum(q.resident for n, q in steps.items() if n != role)
+        if isinstance(p, GenerateMemory):
+            own = steps[role]
+            row = {
+                "step": name,
+                "micro_batch": f"{sampler_rows(cfg, Kind(role), mesh)} rows",
+                "params": p.params / GB,
+                "opt_state": own.opt_state / GB,
+                "ref_params": own.ref_params / GB,
+                "batch": p.kv_cache / GB,  # the KV cache (within the temporaries)
+                "xla_arguments": p.arguments / GB,
+                "xla_outputs_not_aliased": p.outputs / GB,
+                "xla_temporaries": p.temporaries / GB,
+                "step_peak": p.peak / GB,
+            }
+            other += own.opt_state + own.ref_params
+        else:
+            row = {
+                "step": name,
+                "micro_batch": cfg.role(Kind(name)).trainer.micro_batch_size,
+                "params": p.params / GB,
+                "opt_state": p.opt_state / GB,
+                "ref_params": p.ref_params / GB,
+                "batch": p.batch / GB,
+                "xla_arguments": p.arguments / GB,
+                "xla_outputs_not_aliased": (p.outputs - p.aliased) / GB,
+                "xla_temporaries": p.temporaries / GB,
+                "step_peak": p.peak / GB,
+            }
+        total = row["step_peak"] * GB + other
+        row |= {"other_model_resident": other / GB, "device_total": total / GB}
         for budget, gb in BUDGETS_GB.items():
             row[f"headroom {budget}"] = 1 - total / GB / gb
         rows.append(row)
@@ -236,7 +301,7 @@ def main(argv: list[str]) -> int:
         f"{jax.default_backend()} devices; GB = 1e9 bytes per device",
         file=sys.stderr,
     )
-    rows = table(role_plans(cfg, mesh, layers), cfg)
+    rows = table(role_plans(cfg, mesh, layers), cfg, mesh)
     print(
         f"\n{cfg.name}, mesh {dict(mesh.shape)}, "
         + ("compiled at full depth" if layers is None else f"extrapolated from {layers} layers")

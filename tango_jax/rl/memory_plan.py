@@ -17,6 +17,10 @@ The plan is the backend's own: on simulated CPU devices it is the CPU compiler's
 fusion and buffer assignment differ from the GPU compiler's (and CPU may widen bf16 math to
 f32), so it approximates a GPU's; `scripts/bench/check_memory.py` prints it next to the GPU budgets.
 
+`generate_memory` plans the embedded JAX sampler's generate the same way (prefill and the
+decode loop; the KV cache is created inside the program, and is most of its temporaries): on
+one device it runs between the train steps, beside both models' resident state.
+
 `linear_fit` extrapolates a plan measured at two depths to the model's full depth: the step is
 an unrolled Python loop over layers, each layer adding the same parameters, optimizer state
 and saved activations, so every part is affine in the number of layers.
@@ -74,6 +78,24 @@ class StepMemory:
     def resident(self) -> float:
         """What stays on the device between steps: parameters, optimizer state, reference."""
         return self.params + self.opt_state + self.ref_params
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerateMemory:
+    """Bytes on one device while the JAX sampler generates: `params` (the state passed in) and
+    `kv_cache` (the whole cache, over all devices) are exact; the rest are XLA's memory
+    analysis, whose temporaries hold the cache."""
+
+    layers: int
+    params: float
+    kv_cache: float
+    arguments: float
+    outputs: float
+    temporaries: float
+
+    @property
+    def peak(self) -> float:
+        return self.arguments + self.outputs + self.temporaries
 
 
 def gpu_attention_proxy(config: ModelConfig) -> str:
@@ -209,11 +231,60 @@ def step_memory(model_cfg: ModelConfig, trainer_cfg: TrainerConfig, mesh: Mesh, 
     return memory_of(*out, layers=model_cfg.num_layers)
 
 
-def linear_fit(a: StepMemory, b: StepMemory, layers: int) -> StepMemory:
-    """Every field extrapolated (affinely in the number of layers) from plans at two depths."""
+def generate_memory(
+    model_cfg: ModelConfig,
+    mesh: Mesh,
+    *,
+    rows: int,
+    prompt_len: int,
+    max_tokens: int,
+    cache_dtype=None,
+    decode_block: int = 0,
+    compiler_options: dict | None = None,
+) -> GenerateMemory:
+    """XLA's per-device plan of one `JaxSampler` generate call of `rows` prompts padded to
+    `prompt_len` (the sampler's `max_rows` and `prompt_bucket` rounding are the caller's),
+    sampling up to `max_tokens`, compiled from abstract arrays as the sampler jits it."""
+    from tango_jax.models.transformer import KVCache
+    from tango_jax.rollout.jax_sampler import generate_program
+
+    cache_dtype = cache_dtype or model_cfg.dtype
+    graphdef, state = abstract_params(model_cfg, mesh)
+    rows_sharding = NamedSharding(mesh, P(("data", "fsdp")))
+    replicated = NamedSharding(mesh, P())
+    args = (
+        state,
+        jax.ShapeDtypeStruct((rows, prompt_len), jnp.int32, sharding=rows_sharding),
+        jax.ShapeDtypeStruct((rows, prompt_len), jnp.bool_, sharding=rows_sharding),
+        jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=replicated),
+        jax.ShapeDtypeStruct((), jnp.float32, sharding=replicated),
+        jax.ShapeDtypeStruct((1,), jnp.int32, sharding=replicated),
+    )
+    fn = generate_program(
+        graphdef, max_tokens=max_tokens, cache_dtype=cache_dtype, decode_block=decode_block
+    )
+    with jax.set_mesh(mesh):
+        compiled = fn.lower(*args).compile(compiler_options)
+    ma = compiled.memory_analysis()
+    cache = jax.eval_shape(
+        lambda: KVCache.init(model_cfg, rows, prompt_len + max_tokens, cache_dtype)
+    )
+    return GenerateMemory(
+        layers=model_cfg.num_layers,
+        params=shard_bytes(state),
+        kv_cache=float(sum(x.size * jnp.dtype(x.dtype).itemsize for x in cache.k + cache.v)),
+        arguments=float(ma.argument_size_in_bytes),
+        outputs=float(ma.output_size_in_bytes),
+        temporaries=float(ma.temp_size_in_bytes),
+    )
+
+
+def linear_fit(a, b, layers: int):
+    """Every field of two plans (`StepMemory` or `GenerateMemory`) at two depths extrapolated
+    affinely in the number of layers."""
     if a.layers == b.layers:
         raise ValueError(f"linear_fit needs two different depths (got {a.layers} twice).")
     t = (layers - a.layers) / (b.layers - a.layers)
-    fields = [f.name for f in dataclasses.fields(StepMemory) if f.name != "layers"]
+    fields = [f.name for f in dataclasses.fields(a) if f.name != "layers"]
     values = {f: getattr(a, f) + t * (getattr(b, f) - getattr(a, f)) for f in fields}
-    return StepMemory(layers=layers, **values)
+    return type(a)(layers=layers, **values)

@@ -156,6 +156,26 @@ def _generate(
     return tokens, logps, lengths, done
 
 
+def generate_program(
+    graphdef, *, max_tokens: int, cache_dtype, decode_block: int = 0, greedy: bool = False,
+    top_k: int = -1, top_p: float = 1.0,
+):  # fmt: skip
+    """The jitted generate of a model `graphdef` for one static setting: called as
+    (state, prompt [B, P] int32, valid [B, P] bool, key, temperature, stop_ids), it returns
+    tokens, log-probs [B, max_tokens], lengths and stopped [B]. What `JaxSampler` compiles per
+    setting, and what `rl.memory_plan.generate_memory` plans from abstract arrays."""
+    program = _Program(greedy, top_k, top_p, max_tokens)
+    return jax.jit(
+        functools.partial(
+            _generate,
+            graphdef=graphdef,
+            program=program,
+            cache_dtype=cache_dtype,
+            decode_block=decode_block,
+        )
+    )
+
+
 class JaxSampler:
     """Implements `tango_jax.rollout.base.Sampler` on the trainer's model and mesh.
 
@@ -242,15 +262,11 @@ class JaxSampler:
 
     def _program_fn(self, program: _Program):
         if program not in self._compiled:
-            graphdef = nnx.graphdef(self.model)
-            self._compiled[program] = jax.jit(
-                functools.partial(
-                    _generate,
-                    graphdef=graphdef,
-                    program=program,
-                    cache_dtype=self.cache_dtype,
-                    decode_block=self.decode_block,
-                )
+            self._compiled[program] = generate_program(
+                nnx.graphdef(self.model),
+                cache_dtype=self.cache_dtype,
+                decode_block=self.decode_block,
+                **dataclasses.asdict(program),
             )
         return self._compiled[program]
 

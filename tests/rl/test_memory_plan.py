@@ -81,3 +81,38 @@ def test_linear_fit_extrapolates_every_field():
         assert getattr(got, k) == pytest.approx(10 + 28 * v)
     with pytest.raises(ValueError, match="two different depths"):
         linear_fit(a, a, 28)
+
+
+def test_sampler_plan_equals_the_samplers_compiled_generate_and_holds_its_kv_cache():
+    from tango_jax.parallel.distributed import put
+    from tango_jax.rl.memory_plan import generate_memory
+    from tango_jax.rollout.jax_sampler import generate_program
+
+    mesh = make_mesh(MeshConfig())
+    cfg = presets.get("tiny-qwen2")
+    model = init_sharded(lambda: Transformer(cfg, rngs=nnx.Rngs(0)), mesh)
+    rows, prompt_len, max_tokens = 16, 24, 40
+    rows_sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(("data", "fsdp")))
+    fn = generate_program(nnx.graphdef(model), max_tokens=max_tokens, cache_dtype=cfg.dtype)
+    with jax.set_mesh(mesh):  # real arrays, as JaxSampler passes them
+        real = (
+            fn.lower(
+                nnx.state(model),
+                put(np.ones((rows, prompt_len), np.int32), rows_sharding),
+                put(np.ones((rows, prompt_len), bool), rows_sharding),
+                jax.random.key(0),
+                jax.numpy.float32(1.0),
+                jax.numpy.asarray([2], jax.numpy.int32),
+            )
+            .compile()
+            .memory_analysis()
+        )
+    plan = generate_memory(cfg, mesh, rows=rows, prompt_len=prompt_len, max_tokens=max_tokens)
+    assert plan.arguments == real.argument_size_in_bytes
+    assert plan.temporaries == real.temp_size_in_bytes
+    assert plan.params == shard_bytes(nnx.state(model))
+    # K and V of every layer for every slot: 2 x L x rows x (P + N) x KV heads x head size
+    slots = rows * (prompt_len + max_tokens)
+    assert plan.kv_cache == 2 * cfg.num_layers * slots * cfg.num_kv_heads * cfg.head_dim * 4
+    assert plan.kv_cache / 8 <= plan.temporaries  # the cache (rows over 8 devices) is inside
+    assert plan.peak == plan.arguments + plan.outputs + plan.temporaries

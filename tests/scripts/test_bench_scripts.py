@@ -116,8 +116,24 @@ def test_check_memory_plans_both_roles_without_the_cpu_combiner(tmp_path):
         proc.stdout
     )
     rows = {r["step"]: r for r in json.loads(out.read_text())}
-    assert set(rows) == {"generator", "verifier"}
-    for name, r in rows.items():
+    # the tiny config samples with the embedded JAX sampler: its generate is planned too
+    assert set(rows) == {"generator", "verifier", "generator sampling", "verifier sampling"}
+    for name in ("generator", "verifier"):
+        r, s = rows[name], rows[f"{name} sampling"]
+        other = rows["verifier" if name == "generator" else "generator"]
+        resident = other["params"] + other["opt_state"] + other["ref_params"]
+        assert s["params"] == r["params"]
+        # the KV cache ("batch" of a sampling row) is most of what generate holds
+        assert 0 < 0.5 * s["batch"] < s["xla_temporaries"] < 2 * s["batch"]
+        assert s["step_peak"] == pytest.approx(
+            s["xla_arguments"] + s["xla_outputs_not_aliased"] + s["xla_temporaries"]
+        )
+        assert s["other_model_resident"] == pytest.approx(
+            resident + r["opt_state"] + r["ref_params"]
+        )
+        assert s["device_total"] == pytest.approx(s["step_peak"] + s["other_model_resident"])
+    for name in ("generator", "verifier"):
+        r = rows[name]
         other = rows["verifier" if name == "generator" else "generator"]
         assert r["params"] > 0 and r["opt_state"] == pytest.approx(2 * r["params"], rel=0.01)
         assert r["step_peak"] == pytest.approx(
