@@ -13,7 +13,7 @@ from jaxpr_dots import dot_operands
 
 from tango_jax.models import KVCache, from_pretrained
 from tango_jax.models.matmul import dense
-from tango_jax.models.transformer import Frame, rope_inv_freq
+from tango_jax.models.transformer import Frame, query_block, rope_inv_freq
 
 
 @pytest.fixture(scope="module", params=sorted(VARIANTS))
@@ -165,6 +165,31 @@ def test_prefill_with_last_only_gives_the_last_column_and_the_same_cache(mech):
     )
     for a, b in zip(jax.tree.leaves(cache_full), jax.tree.leaves(cache_only), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_a_prefill_longer_than_a_query_block_equals_the_full_forward(mech):
+    """A prefill of more than 64 tokens attends 64 queries at a time against the whole cache
+    (its scores would otherwise be rows x heads x prompt x slots floats at once): left-padded
+    prompts of 150, 90 and 131 tokens (blocks 64, 64, 22) give the unpadded full forward's
+    logits at every real position."""
+    model = mech
+    lengths, width = [150, 90, 131], 150
+    assert query_block(width) == 64
+    rng = np.random.default_rng(5)
+    seqs = [rng.integers(2, model.config.vocab_size, size=n) for n in lengths]
+    prompt = np.zeros((3, width), np.int32)
+    valid = np.zeros((3, width), bool)
+    full_in = np.zeros((3, width), np.int32)
+    for i, n in enumerate(lengths):
+        prompt[i, width - n :], valid[i, width - n :] = seqs[i], True
+        full_in[i, :n] = seqs[i]
+    step = nnx.jit(lambda m, tok, c, v: m.forward_with_cache(tok, c, v))
+    cache = KVCache.init(model.config, 3, width + 4)
+    logits, _ = step(model, jnp.asarray(prompt), cache, jnp.asarray(valid))
+    full = np.asarray(model(jnp.asarray(full_in)))
+    for i, n in enumerate(lengths):
+        got = np.asarray(logits[i, width - n :])
+        assert rel_err(got, full[i, :n]) <= TOL, f"row {i}"
 
 
 def test_model_is_causal(mech):

@@ -116,3 +116,20 @@ def test_sampler_plan_equals_the_samplers_compiled_generate_and_holds_its_kv_cac
     assert plan.kv_cache == 2 * cfg.num_layers * slots * cfg.num_kv_heads * cfg.head_dim * 4
     assert plan.kv_cache / 8 <= plan.temporaries  # the cache (rows over 8 devices) is inside
     assert plan.peak == plan.arguments + plan.outputs + plan.temporaries
+
+
+def test_a_long_prefill_attends_in_query_blocks_and_does_not_hold_all_their_scores(monkeypatch):
+    """The sampler's prefill attends 64 queries at a time (`transformer.query_block`), one
+    block after another: at 512 prompt tokens its plan holds at least one float32 copy of the
+    all-queries-by-all-slots scores less than the same prefill in one block."""
+    from tango_jax.models import transformer
+    from tango_jax.rl.memory_plan import PLAN_SCHEDULER, generate_memory
+
+    cfg = presets.get("tiny-qwen2")
+    mesh = make_mesh(MeshConfig(1, 1, 1), jax.devices()[:1])
+    shape = dict(rows=8, prompt_len=512, max_tokens=8, compiler_options=PLAN_SCHEDULER)
+    blocked = generate_memory(cfg, mesh, **shape)
+    monkeypatch.setattr(transformer, "query_block", lambda length: 0)
+    whole = generate_memory(cfg, mesh, **shape)
+    scores = 8 * cfg.num_heads * 512 * (512 + 8) * 4
+    assert blocked.temporaries < whole.temporaries - scores
