@@ -81,6 +81,9 @@ def test_max_lora_rank_enables_adapters_and_their_runtime_routes():
     assert server_env(cfg, base={})["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
     with pytest.raises(ValueError, match=r"max_lora_rank \(-1\) must be >= 0"):
         VLLMServerConfig(model="/ckpt", max_lora_rank=-1)
+    # a run's servers get merged weights: adapter serving there would only slow them down
+    with pytest.raises(ValueError, match=r"server.max_lora_rank \(8\) must be 0 in a run"):
+        VLLMConfig(server=VLLMServerConfig(max_lora_rank=8))
 
 
 def test_key_goes_to_the_environment_and_guards_all_routes_never_to_argv():

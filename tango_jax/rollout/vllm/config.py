@@ -14,7 +14,7 @@ import dataclasses
 
 from tango_jax.rollout.vllm.server import VLLMServerConfig
 from tango_jax.rollout.vllm.sync import SyncBackend, WeightSyncConfig
-from tango_jax.schema import apply_derived, derived, secret_field
+from tango_jax.schema import FieldError, apply_derived, derived, secret_field
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +100,15 @@ class VLLMConfig(VLLMClientConfig):
 
     def __post_init__(self):
         apply_derived(self)
+        # A run sends its servers merged weights and never loads an adapter, and --enable-lora
+        # slows generation (docs/lora.md): refused here, not silently paid for.
+        if self.server.max_lora_rank:
+            raise FieldError(
+                "server.max_lora_rank",
+                self.server.max_lora_rank,
+                "must be 0 in a run: it syncs merged weights and loads no adapter (serve "
+                "exported adapters with launch_vllm --max-lora-rank).",
+            )
 
     def sampler_config(self, model: str, max_model_len: int) -> VLLMSamplerConfig:
         """The sampler's config for servers serving checkpoint `model` (launched ones get
