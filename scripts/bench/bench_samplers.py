@@ -18,7 +18,7 @@ EOS, so both backends generate about the same number of tokens.
 tokenizer decodes; ids it lacks decode to nothing, which the timing does not depend on).
 --backends: which of jax, vllm to run (the GPU image without vLLM: --backends jax).
 --decode: the JAX sampler's decode alone, against the memory-bandwidth limit: it also times a
-1-token generation (prefill, one sample) and takes the difference of the fastest of five calls
+1-token generation (prefill, one sample) and takes the difference of the fastest of three calls
 of each as the decode time of the remaining tokens. Each decode step must read every parameter
 and the KV cache (the sampler attends over the whole cache buffer, P + N slots, masked), so
 bytes / measured copy bandwidth (a jitted `x + 1` over a 1 GiB buffer, bytes read plus written)
@@ -69,10 +69,10 @@ def copy_bandwidth(gib: float = 1.0, repeats: int = 10) -> float:
 def decode_numbers(sampler, prompts, params, model, bandwidth: float) -> dict[str, float]:
     """Decode tokens/s of the JAX sampler and its memory-bandwidth floor (see --decode)."""
     one = dataclasses.replace(params, max_tokens=1)
-    # The fastest of five calls each: the difference of two medians went negative for a toy
+    # The fastest of three calls each: the difference of two medians went negative for a toy
     # model on a loaded machine, where the decode is a few ms against tens of ms of noise.
-    full = _timed(sampler, prompts, params, repeats=5, stat=min)
-    prefill = _timed(sampler, prompts, one, repeats=5, stat=min)
+    full = _timed(sampler, prompts, params, stat=min)
+    prefill = _timed(sampler, prompts, one, stat=min)
     rows = len(prompts) * params.n
     steps = full["generated_tokens"] / rows - 1  # decode steps after the prefill's token
     if steps < 1:

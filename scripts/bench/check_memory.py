@@ -42,7 +42,7 @@ plans recorded before 2026-11-27 (docs/scaling.md).
 A role whose sampler is the embedded JAX one (`<role>.sampler.backend=jax`) gets a second row,
 "<role> sampling": its generate call at the largest (`sampler.max_rows` rows, or a step's if
 fewer, prompts padded to the role's prompt budget, `rollout.max_tokens` new tokens), planned
-the same way (`rl.memory_plan.generate_memory`); its "batch" column is the KV cache (held in
+the same way (`rollout.memory_plan.generate_memory`); its "batch" column is the KV cache (held in
 its temporaries), and its "other_model_resident" counts the role's own optimizer state and
 reference besides the other model, since the sampler runs between the steps beside them.
 
@@ -114,14 +114,13 @@ from tango_jax.parallel.buckets import round_up  # noqa: E402
 from tango_jax.parallel.mesh import make_mesh  # noqa: E402
 from tango_jax.rl.memory_plan import (  # noqa: E402
     GB,
-    GenerateMemory,
     StepMemory,
-    generate_memory,
     gpu_attention_proxy,
     linear_fit,
     step_memory,
 )
 from tango_jax.rl.train_step import Objective  # noqa: E402
+from tango_jax.rollout.memory_plan import GenerateMemory, generate_memory  # noqa: E402
 from tango_jax.tango.kind import Kind  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "configs/NAME.py[:VARIANT]")

@@ -121,7 +121,7 @@ DRY_TRAIN = [
     )
 ]
 DRY_DECODE = "--preset tiny-qwen2 --backends jax --decode --prompts 2 --n 2 --prompt-len 8 "
-DRY_DECODE += "--max-tokens 32"
+DRY_DECODE += "--max-tokens 16"
 DRY_DECODE_SWITCHES = ("baseline", "decode_block 2")
 
 

@@ -199,6 +199,17 @@ def _blocked_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, mask_BxTxT, block: int
     return jnp.concatenate(outs, axis=1)
 
 
+# A prefill into the KV cache whose float32 scores (rows x heads x queries x slots) would exceed
+# this attends in query blocks (`_query_blocked_attention`); smaller ones in one block, which
+# compiles and runs faster on a CPU (the tiny runs' prefills are a few MB).
+PREFILL_SCORES_BYTES = 256 * 2**20
+
+
+def _scores_bytes(q_BxTxKxGxH, k_BxSxKxH) -> int:
+    b, t, kh, g, _ = q_BxTxKxGxH.shape
+    return 4 * b * kh * g * t * k_BxSxKxH.shape[1]
+
+
 def _query_blocked_attention(q_BxTxKxGxH, k_BxSxKxH, v_BxSxKxH, mask_BxTxS, block: int):
     """`_einsum_attention`, `block` queries at a time against every key, one block after
     another (`lax.map`): the same numbers, with one block's scores alive instead of all T x S
@@ -422,7 +433,8 @@ class Attention(nnx.Module):
             out = cudnn_attention(q, k.astype(q.dtype), v.astype(q.dtype), frame)
             return self._adapted(out, "o", in_axes=2), kv
         q = q.reshape(b, t, c.num_kv_heads, n // c.num_kv_heads, h)  # [B, T, K, G, H]
-        if kv is not None and query_block(t):  # a prefill into the cache, on any backend
+        if kv is not None and query_block(t) and _scores_bytes(q, k) > PREFILL_SCORES_BYTES:
+            # a large prefill into the cache, on any backend
             out = _query_blocked_attention(q, k, v, frame.mask, query_block(t))
         elif kv is None and attention_block(c, t):
             out = _blocked_attention(q, k, v, frame.mask, attention_block(c, t))

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
@@ -51,6 +53,30 @@ def sharding_fallbacks(state: Any, mesh: Mesh, rules=LOGICAL_RULES) -> dict[str,
 def abstract_model(make: Callable[[], nnx.Module]):
     """(graphdef, abstract state) of the model `make()` builds, allocating nothing."""
     return nnx.split(nnx.eval_shape(make))
+
+
+def with_shardings(abstract: Any, shardings: Any) -> Any:
+    """ShapeDtypeStructs of `abstract` carrying `shardings` (what an ahead-of-time plan lowers)."""
+    return jax.tree.map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, shardings
+    )
+
+
+def abstract_sharded(make: Callable[[], nnx.Module], mesh: Mesh, rules=LOGICAL_RULES):
+    """(graphdef, state as ShapeDtypeStructs on their shardings of `mesh`) of the module that
+    `make` builds, without allocating it."""
+    graphdef, abstract = abstract_model(make)
+    return graphdef, with_shardings(abstract, state_shardings(abstract, mesh, rules))
+
+
+def shard_bytes(tree: Any) -> float:
+    """Bytes of one device's shards of the arrays (or ShapeDtypeStructs with shardings) in
+    `tree`; the largest shard where a mesh splits a dimension unevenly."""
+    total = 0
+    for x in jax.tree.leaves(tree):
+        shape = x.sharding.shard_shape(x.shape)
+        total += int(np.prod(shape, dtype=np.int64)) * jnp.dtype(x.dtype).itemsize
+    return float(total)
 
 
 def init_sharded(make: Callable[[], nnx.Module], mesh: Mesh, rules=LOGICAL_RULES) -> nnx.Module:

@@ -17,10 +17,6 @@ The plan is the backend's own: on simulated CPU devices it is the CPU compiler's
 fusion and buffer assignment differ from the GPU compiler's (and CPU may widen bf16 math to
 f32), so it approximates a GPU's; `scripts/bench/check_memory.py` prints it next to the GPU budgets.
 
-`generate_memory` plans the embedded JAX sampler's generate the same way (prefill and the
-decode loop; the KV cache is created inside the program, and is most of its temporaries): on
-one device it runs between the train steps, beside both models' resident state.
-
 `linear_fit` extrapolates a plan measured at two depths to the model's full depth: the step is
 an unrolled Python loop over layers, each layer adding the same parameters, optimizer state
 and saved activations, so every part is affine in the number of layers.
@@ -33,7 +29,6 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -41,7 +36,7 @@ from jax.sharding import PartitionSpec as P
 from tango_jax.models.config import ModelConfig
 from tango_jax.models.transformer import Transformer, cudnn_fits
 from tango_jax.parallel.mesh import data_parallel_size
-from tango_jax.parallel.partition import abstract_model, state_shardings
+from tango_jax.parallel.partition import abstract_sharded, shard_bytes, with_shardings
 from tango_jax.rl.train_step import TrainerConfig, train_step
 from tango_jax.rl.trainer import optimizer_shardings
 
@@ -80,24 +75,6 @@ class StepMemory:
         return self.params + self.opt_state + self.ref_params
 
 
-@dataclasses.dataclass(frozen=True)
-class GenerateMemory:
-    """Bytes on one device while the JAX sampler generates: `params` (the state passed in) and
-    `kv_cache` (the whole cache, over all devices) are exact; the rest are XLA's memory
-    analysis, whose temporaries hold the cache."""
-
-    layers: int
-    params: float
-    kv_cache: float
-    arguments: float
-    outputs: float
-    temporaries: float
-
-    @property
-    def peak(self) -> float:
-        return self.arguments + self.outputs + self.temporaries
-
-
 def gpu_attention_proxy(config: ModelConfig) -> str:
     """The CPU-compilable attention kernel whose plan stands for the one a GPU would run.
 
@@ -111,32 +88,15 @@ def gpu_attention_proxy(config: ModelConfig) -> str:
     return "xla_blocked" if cudnn_fits(config, config.dtype) else "xla"
 
 
-def shard_bytes(tree) -> float:
-    """Bytes of one device's shards of the arrays (or ShapeDtypeStructs with shardings) in
-    `tree`; the largest shard where a mesh splits a dimension unevenly."""
-    total = 0
-    for x in jax.tree.leaves(tree):
-        shape = x.sharding.shard_shape(x.shape)
-        total += int(np.prod(shape, dtype=np.int64)) * jnp.dtype(x.dtype).itemsize
-    return float(total)
-
-
-def _with_shardings(abstract, shardings):
-    return jax.tree.map(
-        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, shardings
-    )
-
-
 def abstract_params(model_cfg: ModelConfig, mesh: Mesh):
     """(graphdef, parameters as ShapeDtypeStructs on their shardings of `mesh`)."""
-    graphdef, abstract = abstract_model(lambda: Transformer(model_cfg, rngs=nnx.Rngs(0)))
-    return graphdef, _with_shardings(abstract, state_shardings(abstract, mesh))
+    return abstract_sharded(lambda: Transformer(model_cfg, rngs=nnx.Rngs(0)), mesh)
 
 
 def abstract_opt_state(tx, params, mesh: Mesh):
     """The optimizer state of `params`, abstract, on the shardings the Trainer gives it."""
     shardings = optimizer_shardings(tx, params, jax.tree.map(lambda x: x.sharding, params), mesh)
-    return _with_shardings(jax.eval_shape(tx.init, params), shardings)
+    return with_shardings(jax.eval_shape(tx.init, params), shardings)
 
 
 def abstract_batch(rows: int, prompt_len: int, response_len: int, mesh: Mesh) -> dict:
@@ -231,57 +191,9 @@ def step_memory(model_cfg: ModelConfig, trainer_cfg: TrainerConfig, mesh: Mesh, 
     return memory_of(*out, layers=model_cfg.num_layers)
 
 
-def generate_memory(
-    model_cfg: ModelConfig,
-    mesh: Mesh,
-    *,
-    rows: int,
-    prompt_len: int,
-    max_tokens: int,
-    cache_dtype=None,
-    decode_block: int = 0,
-    compiler_options: dict | None = None,
-) -> GenerateMemory:
-    """XLA's per-device plan of one `JaxSampler` generate call of `rows` prompts padded to
-    `prompt_len` (the sampler's `max_rows` and `prompt_bucket` rounding are the caller's),
-    sampling up to `max_tokens`, compiled from abstract arrays as the sampler jits it."""
-    from tango_jax.models.transformer import KVCache
-    from tango_jax.rollout.jax_sampler import generate_program
-
-    cache_dtype = cache_dtype or model_cfg.dtype
-    graphdef, state = abstract_params(model_cfg, mesh)
-    rows_sharding = NamedSharding(mesh, P(("data", "fsdp")))
-    replicated = NamedSharding(mesh, P())
-    args = (
-        state,
-        jax.ShapeDtypeStruct((rows, prompt_len), jnp.int32, sharding=rows_sharding),
-        jax.ShapeDtypeStruct((rows, prompt_len), jnp.bool_, sharding=rows_sharding),
-        jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=replicated),
-        jax.ShapeDtypeStruct((), jnp.float32, sharding=replicated),
-        jax.ShapeDtypeStruct((1,), jnp.int32, sharding=replicated),
-    )
-    fn = generate_program(
-        graphdef, max_tokens=max_tokens, cache_dtype=cache_dtype, decode_block=decode_block
-    )
-    with jax.set_mesh(mesh):
-        compiled = fn.lower(*args).compile(compiler_options)
-    ma = compiled.memory_analysis()
-    cache = jax.eval_shape(
-        lambda: KVCache.init(model_cfg, rows, prompt_len + max_tokens, cache_dtype)
-    )
-    return GenerateMemory(
-        layers=model_cfg.num_layers,
-        params=shard_bytes(state),
-        kv_cache=float(sum(x.size * jnp.dtype(x.dtype).itemsize for x in cache.k + cache.v)),
-        arguments=float(ma.argument_size_in_bytes),
-        outputs=float(ma.output_size_in_bytes),
-        temporaries=float(ma.temp_size_in_bytes),
-    )
-
-
 def linear_fit(a, b, layers: int):
-    """Every field of two plans (`StepMemory` or `GenerateMemory`) at two depths extrapolated
-    affinely in the number of layers."""
+    """Every field of two plans (`StepMemory`, `rollout.memory_plan.GenerateMemory`) at two
+    depths extrapolated affinely in the number of layers."""
     if a.layers == b.layers:
         raise ValueError(f"linear_fit needs two different depths (got {a.layers} twice).")
     t = (layers - a.layers) / (b.layers - a.layers)

@@ -163,7 +163,7 @@ def generate_program(
     """The jitted generate of a model `graphdef` for one static setting: called as
     (state, prompt [B, P] int32, valid [B, P] bool, key, temperature, stop_ids), it returns
     tokens, log-probs [B, max_tokens], lengths and stopped [B]. What `JaxSampler` compiles per
-    setting, and what `rl.memory_plan.generate_memory` plans from abstract arrays."""
+    setting, and what `rollout.memory_plan.generate_memory` plans from abstract arrays."""
     program = _Program(greedy, top_k, top_p, max_tokens)
     return jax.jit(
         functools.partial(

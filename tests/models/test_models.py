@@ -167,11 +167,14 @@ def test_prefill_with_last_only_gives_the_last_column_and_the_same_cache(mech):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_a_prefill_longer_than_a_query_block_equals_the_full_forward(mech):
-    """A prefill of more than 64 tokens attends 64 queries at a time against the whole cache
-    (its scores would otherwise be rows x heads x prompt x slots floats at once): left-padded
+def test_a_prefill_longer_than_a_query_block_equals_the_full_forward(mech, monkeypatch):
+    """A large prefill (here: any) attends 64 queries at a time against the whole cache (its
+    scores would otherwise be rows x heads x prompt x slots floats at once): left-padded
     prompts of 150, 90 and 131 tokens (blocks 64, 64, 22) give the unpadded full forward's
     logits at every real position."""
+    from tango_jax.models import transformer
+
+    monkeypatch.setattr(transformer, "PREFILL_SCORES_BYTES", 0)  # block even these small ones
     model = mech
     lengths, width = [150, 90, 131], 150
     assert query_block(width) == 64

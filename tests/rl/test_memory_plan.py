@@ -10,9 +10,9 @@ from flax import nnx
 
 from tango_jax.models import Transformer, presets
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
-from tango_jax.parallel.partition import init_sharded
+from tango_jax.parallel.partition import init_sharded, shard_bytes
 from tango_jax.rl.batch import make_batch
-from tango_jax.rl.memory_plan import StepMemory, linear_fit, shard_bytes, step_memory
+from tango_jax.rl.memory_plan import StepMemory, linear_fit, step_memory
 from tango_jax.rl.train_step import TrainerConfig
 from tango_jax.rl.trainer import Trainer
 
@@ -85,8 +85,8 @@ def test_linear_fit_extrapolates_every_field():
 
 def test_sampler_plan_equals_the_samplers_compiled_generate_and_holds_its_kv_cache():
     from tango_jax.parallel.distributed import put
-    from tango_jax.rl.memory_plan import generate_memory
     from tango_jax.rollout.jax_sampler import generate_program
+    from tango_jax.rollout.memory_plan import generate_memory
 
     mesh = make_mesh(MeshConfig())
     cfg = presets.get("tiny-qwen2")
@@ -119,15 +119,17 @@ def test_sampler_plan_equals_the_samplers_compiled_generate_and_holds_its_kv_cac
 
 
 def test_a_long_prefill_attends_in_query_blocks_and_does_not_hold_all_their_scores(monkeypatch):
-    """The sampler's prefill attends 64 queries at a time (`transformer.query_block`), one
-    block after another: at 512 prompt tokens its plan holds at least one float32 copy of the
-    all-queries-by-all-slots scores less than the same prefill in one block."""
+    """A prefill whose scores pass `PREFILL_SCORES_BYTES` (256 MiB; lowered here) attends 64
+    queries at a time, one block after another: at 512 prompt tokens its plan holds at least
+    one float32 copy of the all-queries-by-all-slots scores less than in one block."""
     from tango_jax.models import transformer
-    from tango_jax.rl.memory_plan import PLAN_SCHEDULER, generate_memory
+    from tango_jax.rl.memory_plan import PLAN_SCHEDULER
+    from tango_jax.rollout.memory_plan import generate_memory
 
     cfg = presets.get("tiny-qwen2")
     mesh = make_mesh(MeshConfig(1, 1, 1), jax.devices()[:1])
     shape = dict(rows=8, prompt_len=512, max_tokens=8, compiler_options=PLAN_SCHEDULER)
+    monkeypatch.setattr(transformer, "PREFILL_SCORES_BYTES", 2**20)  # these scores: 17 MB
     blocked = generate_memory(cfg, mesh, **shape)
     monkeypatch.setattr(transformer, "query_block", lambda length: 0)
     whole = generate_memory(cfg, mesh, **shape)

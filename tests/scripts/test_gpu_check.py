@@ -84,7 +84,7 @@ def test_each_switch_reaches_the_config_and_sampler_the_benchmarks_build(monkeyp
     import gpu_check
 
     args = argparse.Namespace(
-        preset="tiny-qwen2", dtype="float32", remat=False, attention="auto",
+        preset="tiny-qwen2", dtype="float32", remat=False, attention="auto", lora_rank=0,
         **{a: 0 for a in bench_train_step.SIZE_FLAGS},
     )  # fmt: skip
     plain = bench_train_step.model_config(args)
