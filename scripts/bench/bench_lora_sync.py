@@ -32,7 +32,6 @@ import time
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import transformers
 from flax import nnx
@@ -46,6 +45,7 @@ from tango_jax.rollout.vllm.config import VLLMSamplerConfig
 from tango_jax.rollout.vllm.sampler import VLLMSampler
 from tango_jax.rollout.vllm.server import VLLMServerConfig
 from tango_jax.rollout.vllm.sync import WeightSyncConfig
+from tango_jax.rollout.vllm.verify import jax_sequence_logprobs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,11 +63,10 @@ QUESTIONS = [
 
 
 def jax_logprobs(model, prompt, tokens) -> np.ndarray:
-    """log p(tokens | prompt) under `model` (unpadded, one sequence)."""
-    seq = jnp.asarray([list(prompt) + list(tokens)], jnp.int32)
-    logits = model(seq)[0, len(prompt) - 1 : -1]
-    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    return np.asarray(jnp.take_along_axis(logp, jnp.asarray(tokens)[:, None], axis=-1)[:, 0])
+    """log p(tokens | prompt) under `model` (the sync check's scoring, `verify`)."""
+    seq = list(prompt) + list(tokens)
+    logp = jax_sequence_logprobs(model.config, nnx.state(model), seq)  # t_i | t_<i, i >= 1
+    return logp[len(prompt) - 1 :]
 
 
 def generate(sampler, model_name, prompts, params):
