@@ -189,9 +189,9 @@ def train_item(label: str, args: str, torch: bool, switch: Switch, peak: float) 
     with _switched(switch):
         out = _json_of(bench_train_step.main, argv)
     row = {"item": f"train {label}, {switch.name}"}
-    row |= {k: out[k] for k in ("step_s", "tokens_per_s", "mfu", "compile_s")}
+    row |= {k: out[k] for k in ("step_s", "tokens_per_s", "mfu", "compile_s", "length")}
     if torch:
-        row |= {k: out[k] for k in ("torch_step_s", "ratio", "first_step")}
+        row |= {k: out[k] for k in ("torch_step_s", "ratio", "first_step", "torch_device")}
     return row
 
 
@@ -202,7 +202,9 @@ def decode_item(args: str, switch: Switch) -> dict:
         out = _json_of(bench_samplers.main, args.split())
     d = out["jax_decode"]
     keys = ("decode_tokens_per_s", "step_ms", "floor_step_ms", "bandwidth_fraction")
-    return {"item": f"decode (JAX sampler), {switch.name}"} | {k: d[k] for k in keys}
+    keys += ("rows", "decode_steps", "decode_s", "param_gb", "kv_cache_gb")
+    row = {"item": f"decode (JAX sampler), {switch.name}"} | {k: d[k] for k in keys}
+    return row | {"generated_tokens": out["jax"]["generated_tokens"]}
 
 
 def cudnn_item() -> dict:
