@@ -23,6 +23,7 @@ from tango_jax.data.synthetic import ArithConfig
 from tango_jax.data.task import DataSource, Stream
 from tango_jax.data.tasks import task_of
 from tango_jax.text.answer_check import RewardKind
+from tango_jax.text.formats import StepSplit
 from tango_jax.text.template_files import TemplateFiles, load_templates
 from tango_jax.text.templates import PromptStyle, PromptTemplates
 
@@ -56,6 +57,12 @@ class DataConfig:
     # of your own, "module:function" called as f(completion, answer, question) -> [0, 1]
     # (text/reward_function.py, docs/reward.md).
     reward: str = ""
+
+    # Where a generator response's steps are, for the verifier's step judgments and the step
+    # rewards: tags (its <step>...</step> spans, the paper's format) | lines (each non-blank
+    # line, shown to the verifier as one <step> per line; TRL's PRMTrainer step_separator="\n",
+    # PRM800K's steps): for a model that answers in its own words (text/formats.py).
+    step_split: StepSplit = StepSplit.TAGS
 
     # data.source=custom: the task of your own, "module:factory" with factory(data) -> the task
     # (data/tasks.py; a task.GeneratedTask subclass, or any object of the task.Task protocol).

@@ -37,6 +37,7 @@ def evaluate(
     process_items: Sequence[ProcessItem] = (),
     kind: RewardKind = RewardKind.MATH,
     bucket: Callable[[Problem], str | None] | None = None,
+    split: formats.StepSplit = formats.StepSplit.TAGS,
 ) -> dict[str, float]:
     """Greedy pass@1 of the generator and the verifier's greedy verdicts on those solutions;
     with `sampled_seed`, also `eval/generator/sampled_accuracy`: the mean over `sampled_n`
@@ -44,12 +45,13 @@ def evaluate(
     ProcessBench-style scores on them (`eval/verifier/step_f1` and its two accuracies,
     `process_bench.py`). `kind`: the outcome reward's check (the run's `data.reward_kind`);
     with `bucket` (problem -> name), both accuracies per bucket too
-    (`eval/generator/accuracy/<name>`, `eval/generator/sampled_accuracy/<name>`)."""
+    (`eval/generator/accuracy/<name>`, `eval/generator/sampled_accuracy/<name>`). `split`:
+    where the solutions' steps are (`data.step_split`)."""
     prompts = generator_prompts(generator, problems, style)
     with timer("eval_generate"):
         outs = generator.generate(prompts, generator.eval_params())
     solutions, reward_metrics = feedback.score_solutions(
-        scorer, problems, outs, timeout_s=timeout_s, kind=kind
+        scorer, problems, outs, timeout_s=timeout_s, kind=kind, split=split
     )
     metrics = {
         "eval/generator/accuracy": float(np.mean([s.correct for s in solutions])),

@@ -31,10 +31,23 @@ class Solution:
     reward: float  # rule-based outcome reward r_out in {0, 1}
     format_score: float  # generator format score (gates the verifier's format penalty)
     steps: tuple[formats.Step, ...]
+    split: formats.StepSplit = formats.StepSplit.TAGS  # where `steps` came from
 
     @property
     def correct(self) -> bool:
         return self.reward > 0.5
+
+    @property
+    def verifier_text(self) -> str:
+        """The solution as the verifier's prompt shows it (`formats.tagged_solution`)."""
+        return formats.tagged_solution(self.completion.text, self.split)
+
+    @property
+    def count_gate(self) -> float:
+        """What gates the verifier's step-count penalty: the generator's format score for
+        tagged steps (a badly formatted solution has no reliable K); 1 for line steps, whose K
+        is exact by construction."""
+        return self.format_score if self.split is formats.StepSplit.TAGS else 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,11 +97,12 @@ def score_solutions(
     *,
     timeout_s: float,
     kind: rewards.RewardKind | None = None,
+    split: formats.StepSplit = formats.StepSplit.TAGS,
 ) -> tuple[list[Solution], dict[str, float]]:
     """Rule-based rewards of every completion (math-verify in the scoring pool; `kind` picks
     an OOD benchmark's answer check, the run's own function, CUSTOM; None: the task's own,
-    `task_reward_kind`). Flattened in prompt-major order: solution i*n + j is sample j of
-    problem i."""
+    `task_reward_kind`), and their steps (`split`: `data.step_split`). Flattened in
+    prompt-major order: solution i*n + j is sample j of problem i."""
     kind = task_reward_kind(problems) if kind is None else kind
     flat = [(p, c) for p, cs in zip(problems, completions) for c in cs]
     scored = scorer.score(
@@ -104,7 +118,8 @@ def score_solutions(
             c,
             float(r),
             formats.generator_format_score(c.text),
-            tuple(formats.split_steps(c.text)),
+            tuple(formats.response_steps(c.text, split)),
+            split,
         )
         for (p, c), r in zip(flat, scored.scores)
     ]
@@ -130,7 +145,7 @@ def verifier_prompts(
     return [
         verifier.encode(
             templates.render_verifier_prompt(
-                s.problem.question, s.completion.text, variant=variant, style=style
+                s.problem.question, s.verifier_text, variant=variant, style=style
             ),
             truncate=True,  # right-truncated like the official verifier prompts (§3.1)
         )
@@ -160,7 +175,7 @@ def judge(
         for c in outs:
             v = formats.parse_verification(c.text)
             fmt = formats.verifier_format_score(
-                c.text, expected_steps=len(sol.steps), generator_format_score=sol.format_score
+                c.text, expected_steps=len(sol.steps), generator_format_score=sol.count_gate
             )
             r = rewards.verifier_reward(
                 v,

@@ -219,6 +219,7 @@ class TangoLoop:
             process_items=self.process_items,
             kind=self.cfg.data.reward_kind,
             bucket=task_of(self.cfg.data).bucket,  # accuracy per length bucket, if any
+            split=self.cfg.data.step_split,
         )
         # Its own timer: evaluation time is reported as perf/eval_*, never as the step's time.
         timings = self.eval_timer.metrics()

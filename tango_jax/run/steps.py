@@ -125,7 +125,12 @@ def _sample_and_score(
         rec.tokens += _generated_tokens(c for group in outs for c in group)
     with timer("reward"):
         solutions, reward_metrics = feedback.score_solutions(
-            ctx.scorer, problems, outs, timeout_s=cfg.scorer_timeout_s, kind=cfg.data.reward_kind
+            ctx.scorer,
+            problems,
+            outs,
+            timeout_s=cfg.scorer_timeout_s,
+            kind=cfg.data.reward_kind,
+            split=cfg.data.step_split,
         )
     return prompts, solutions, reward_metrics
 

@@ -40,6 +40,7 @@ One deliberate difference from the official code, only visible on malformed outp
 from __future__ import annotations
 
 import dataclasses
+import enum
 import re
 from collections.abc import Sequence
 
@@ -149,6 +150,42 @@ def split_steps(response: str) -> list[Step]:
         Step(response[b.content_start : b.content_end], b.start, b.end)
         for b in _blocks(response, STEP_OPEN, STEP_CLOSE)
     ]
+
+
+class StepSplit(enum.Enum):
+    """Where a generator response's steps are (`data.step_split`)."""
+
+    TAGS = "tags"  # its `<step>...</step>` spans (the paper's format)
+    # each non-empty line (PRM800K's steps; TRL's PRMTrainer step_separator="\n"): for a model
+    # that writes no tags, such as an instruct model answering in its own words
+    LINES = "lines"
+
+
+def split_lines(response: str) -> list[Step]:
+    """The non-blank lines of `response` as steps: each line's text without its surrounding
+    whitespace, `end` just after its last non-blank character (where its step reward sits)."""
+    steps, pos = [], 0
+    for line in response.split("\n"):
+        text = line.strip()
+        if text:
+            start = pos + len(line) - len(line.lstrip())
+            steps.append(Step(text, start, start + len(text)))
+        pos += len(line) + 1
+    return steps
+
+
+def response_steps(response: str, split: StepSplit = StepSplit.TAGS) -> list[Step]:
+    """The steps of a generator response under `split`."""
+    return split_steps(response) if split is StepSplit.TAGS else split_lines(response)
+
+
+def tagged_solution(response: str, split: StepSplit = StepSplit.TAGS) -> str:
+    """The response as the verifier is shown it: as written when its steps are tagged; one
+    `<step>` line per step otherwise, so that the verifier's prompt counts and shows the same K
+    steps that the step rewards are anchored to."""
+    if split is StepSplit.TAGS:
+        return response
+    return "\n".join(f"{STEP_OPEN}{s.text}{STEP_CLOSE}" for s in split_lines(response))
 
 
 def extract_answer(response: str) -> str | None:

@@ -358,3 +358,18 @@ def test_adversarial_inputs_are_linear(text):
     F.parse_verification(text)
     _score(text)
     assert time.perf_counter() - start < 1.0
+
+
+def test_line_steps_by_hand():
+    """data.step_split=lines: non-blank lines, stripped, with spans into the response; the
+    verifier is shown them tagged, which splits back into the same steps."""
+    text = "  7 + 5 = 12\r\n\n \t\nThe answer is 12. "
+    steps = F.split_lines(text)
+    assert [s.text for s in steps] == ["7 + 5 = 12", "The answer is 12."]
+    assert [text[s.start : s.end] for s in steps] == [s.text for s in steps]
+    tagged = F.tagged_solution(text, F.StepSplit.LINES)
+    assert tagged == "<step>7 + 5 = 12</step>\n<step>The answer is 12.</step>"
+    assert [s.text for s in F.split_steps(tagged)] == [s.text for s in steps]
+    assert F.tagged_solution(text, F.StepSplit.TAGS) == text
+    assert F.response_steps(text, F.StepSplit.TAGS) == []
+    assert F.split_lines("") == F.split_lines(" \n ") == []
