@@ -266,8 +266,11 @@ def test_an_adapter_exported_by_us_served_by_vllm_gives_the_jax_logprobs(
 ):
     """A JAX LoRA model's adapters (moved off zero, as after training), written as a PEFT
     directory, loaded by the running server at run time (`load_lora_adapter`): vLLM then serves
-    the JAX LoRA model's log-probs, which differ from the base model's."""
-    from tango_jax.models.lora import LoraConfig
+    the JAX LoRA model's log-probs, which differ from the base model's. The JAX side scores
+    with the adapters merged into the base weights (W + scale A B, as the weight sync sends
+    them), which reuses the base model's compiled scoring program; that merged weights compute
+    what the adapted model does is tests/models/test_lora.py's (against PEFT)."""
+    from tango_jax.models.lora import LoraConfig, adapter_paths, merged_weight
     from tango_jax.models.peft import save_peft_adapter
     from tango_jax.rollout.vllm.completions import completion_request, parse_completions
 
@@ -285,6 +288,11 @@ def test_an_adapter_exported_by_us_served_by_vllm_gives_the_jax_logprobs(
             key = jax.random.key(i)
             v.set_value(0.02 * jax.random.normal(key, v.get_value().shape, jnp.float32))
     adapter = save_peft_adapter(model, tmp_path / "adapter", base_model=str(smollm2_dir))
+    flat, merged = dict(nnx.to_flat_state(nnx.state(model))), dict(nnx.to_flat_state(state))
+    for _, _, w, a in adapter_paths(model.config.num_layers, lora):
+        ab = (flat[(*a, "lora_a")].get_value(), flat[(*a, "lora_b")].get_value())
+        merged[w] = merged[w].replace(merged_weight(flat[w].get_value(), *ab, lora.scale))
+    merged = nnx.from_flat_state(merged)
     client = vllm_sampler.replicas[0].client
     client.load_lora_adapter("policy", str(adapter))
     greedy = SamplingParams(temperature=0.0, max_tokens=12)
@@ -292,7 +300,7 @@ def test_an_adapter_exported_by_us_served_by_vllm_gives_the_jax_logprobs(
     for i, p in enumerate(prompts[:2]):
         response = client.completions(completion_request("policy", Prompt(tuple(p)), greedy, i))
         (c,) = parse_completions(response, 1, 0)
-        ours = jax_logprobs(model, nnx.state(model), p, c.token_ids)
+        ours = jax_logprobs(jax_model, merged, p, c.token_ids)
         np.testing.assert_allclose(c.logprobs, ours, atol=2e-3)
         base = jax_logprobs(jax_model, state, p, c.token_ids)
         moved = max(moved, float(np.max(np.abs(ours - base))))
