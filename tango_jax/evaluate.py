@@ -267,10 +267,23 @@ def _variant(name: str) -> Variant:
     return Variant.OOD if B.BENCHMARKS[name].domain is B.Domain.OOD else Variant.EVAL
 
 
-def _build(kind: Kind, role_cfg: RoleConfig, path: Path, mesh):
-    from tango_jax.run.roles import build_role
+def _build_roles(settings: Settings, paths: dict[Kind, tuple[Path, str]], mesh) -> dict:
+    """The roles to evaluate, loaded; their vLLM servers, if any, started side by side (as a
+    run starts them: `start_samplers`), so the verifier's server comes up while the generator's
+    does rather than after the generator's evaluation."""
+    from tango_jax.run.roles import build_role, start_samplers
 
-    return build_role(kind, role_cfg, path, mesh, with_trainer=False)
+    roles = {}
+    try:
+        for kind, (path, _) in paths.items():
+            cfg = settings.generator if kind is Kind.GENERATOR else settings.verifier
+            roles[kind] = build_role(kind, cfg, path, mesh, with_trainer=False, start_sampler=False)
+        start_samplers(roles.values())  # closes every role's sampler if one fails
+    except BaseException:
+        for role in roles.values():
+            role.sampler.close()
+        raise
+    return roles
 
 
 def _benchmarks(
@@ -406,49 +419,46 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     results["out_dir"] = str(out_dir)
     gen_label = paths.get(Kind.GENERATOR, (None, ""))[1]
     ver_label = paths.get(Kind.VERIFIER, (None, ""))[1]
-    if own is not None or names:
-        generator = _build(Kind.GENERATOR, settings.generator, paths[Kind.GENERATOR][0], mesh)
-        try:
-            if own is not None:
-                summary = own_data.run(
-                    generator,
-                    own_problems,
-                    own,
-                    templates=settings.templates,
-                    sampled_n=settings.sampled_n,
-                    seed=settings.seed,
-                    scorer_workers=settings.scorer_workers,
-                    timeout_s=settings.scorer_timeout_s,
-                )
-                results["data"] = {"model": gen_label, **summary}
-                (out_dir / "data.md").write_text(own_data.table(gen_label, summary))
-            if names:
-                records, dropped = _benchmarks(generator, problems, settings, args, out_dir)
-                summary = R.generator_summary(records, previous.get("generator"))
-                for name in names:
-                    summary[name]["dropped_overlong"] = dropped[name]
-                results["generator"] = {"model": gen_label, **summary}
-                (out_dir / "table1.md").write_text(R.table1(gen_label, summary))
-        finally:
-            generator.sampler.close()
-    if splits:
-        verifier = _build(Kind.VERIFIER, settings.verifier, paths[Kind.VERIFIER][0], mesh)
-        records = {}
-        try:
-            for split in splits:
-                records[split] = E.run_process_bench(
-                    verifier,
+    roles = _build_roles(settings, paths, mesh)
+    try:
+        if own is not None:
+            summary = own_data.run(
+                roles[Kind.GENERATOR],
+                own_problems,
+                own,
+                templates=settings.templates,
+                sampled_n=settings.sampled_n,
+                seed=settings.seed,
+                scorer_workers=settings.scorer_workers,
+                timeout_s=settings.scorer_timeout_s,
+            )
+            results["data"] = {"model": gen_label, **summary}
+            (out_dir / "data.md").write_text(own_data.table(gen_label, summary))
+        if names:
+            records, dropped = _benchmarks(roles[Kind.GENERATOR], problems, settings, args, out_dir)
+            summary = R.generator_summary(records, previous.get("generator"))
+            for name in names:
+                summary[name]["dropped_overlong"] = dropped[name]
+            results["generator"] = {"model": gen_label, **summary}
+            (out_dir / "table1.md").write_text(R.table1(gen_label, summary))
+        if splits:
+            records = {
+                split: E.run_process_bench(
+                    roles[Kind.VERIFIER],
                     split,
                     rows[split],
                     E.ResultLog(out_dir / "verifier" / f"{split}.jsonl"),
                     style=settings.templates,
                     batch_size=args.batch_size,
                 )
-        finally:
-            verifier.sampler.close()
-        summary = R.verifier_summary(records, previous.get("verifier"))
-        results["verifier"] = {"model": ver_label, **summary}
-        (out_dir / "table3.md").write_text(R.table3(ver_label, summary))
+                for split in splits
+            }
+            summary = R.verifier_summary(records, previous.get("verifier"))
+            results["verifier"] = {"model": ver_label, **summary}
+            (out_dir / "table3.md").write_text(R.table3(ver_label, summary))
+    finally:
+        for role in roles.values():
+            role.sampler.close()
     (out_dir / "results.json").write_text(json.dumps(results, indent=2))
     return results
 
