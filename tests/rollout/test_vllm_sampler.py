@@ -3,9 +3,9 @@
 One server for the module (starting one costs ~40 s on 2 cores). A server killed mid-batch
 (restarted, sent the weights it served before any prompt, the prompts retried, the log-probs the
 re-sent weights') is tests/e2e/test_loop.py's vLLM run, which also checks that the counters reach
-metrics.jsonl; a second restart here cost ~45 s. The independent reference for every log-prob is the JAX model loaded from the same
-checkpoint (`from_pretrained`), scoring the same tokens. Tests run in file order and share the
-server; each sets the weights it needs.
+metrics.jsonl; a second restart here cost ~45 s. The independent reference for every log-prob
+is the JAX model loaded from the same checkpoint (`from_pretrained`), scoring the same tokens.
+Tests run in file order and share the server; each sets the weights it needs.
 """
 
 import contextlib
