@@ -20,10 +20,15 @@ KL (β = 0) and no entropy term, one update per batch, the loss a token mean ove
 `scale_rewards="group"`, its 1e-4 floor), truncated replies kept in the loss. Held-out accuracy,
 greedy and sampled at T = 1 (8 samples per problem), every 5 steps.
 
-Variants: grpo (no verifier) | tango: SmolLM2 also as the verifier, zero-shot (no SFT set
-exists for this task). Its replies have no <step> blocks, so Tango's step term is empty and it
-reduces to GRPO plus a verifier trained on its verdicts; it validates (not yet run) and is not
-the issue's Tango arm (that needs the generator and verifier format SFT first).
+Variants: grpo (no verifier) | tango: SmolLM2 also as the verifier. The generator is the GRPO
+run's, unchanged (same start, prompt and settings): it answers in its own words, without
+<step> tags, so each line of a reply is a step (`data.step_split = "lines"`), shown to the
+verifier as one <step> per line, with its step reward at the line's last token. The verifier
+first gets a short format SFT (tango_jax/assets/addition/verifier_sft.jsonl: replies of the
+shapes the model writes, on the training questions, in the Tango verification format that
+configs/smollm2_arith.py's SFT teaches), then 2 warm-up updates, then [G, G, G, V] for the same
+30 generator steps (10 verifier updates). Every rollout is logged (for the step labels'
+informedness, scripts/compare/tango_addition.py).
 Every field is documented where its dataclass is defined (tango_jax/config/run.py).
 """
 
@@ -39,14 +44,14 @@ GROUP = 8  # TRL's default num_generations
 # 0.95 by step 20 (from 0.24 and 0.36): 30 steps show the whole rise and keep a run inside 45
 # minutes on 2 cores, evaluations every 5 steps included (docs/real_model.md).
 STEPS = 30
+VERIFIER_WARMUP = 2  # verifier updates on the start generator's rollouts (paper: 40)
+VERIFIER_TOKENS = 128  # a verification of a reply of up to ~5 lines
 
 
 def get_config(variant: str = "grpo"):
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; choose one of {VARIANTS}.")
     c = base_config()
-    c.name = f"smollm2_addition_{variant}"
-    c.run_dir = f"runs/smollm2_addition_{variant}"
     c.scorer_workers = 1  # the reward is a regex; a second process only competes for the cores
     c.drift_all_batches = False
     c.eval.every_generator_steps = 5  # the rise is in the first 10-15 steps
@@ -94,18 +99,34 @@ def get_config(variant: str = "grpo"):
         c.verifier.trainable = False
         c.algorithm.step_rewards = False
     else:
+        c.data.step_split = "lines"  # the model writes no <step> tags
+        c.log_rollouts.every_steps = 1  # every rollout and its step labels, for the analysis
+        c.log_rollouts.max_rows = PROMPTS_PER_STEP * GROUP
         v = c.verifier
         v.chat_template = True
         v.dtype = "float32"
         v.remat = False
-        v.rollout.n = 2
-        v.rollout.max_tokens = 96
-        v.max_prompt_len = 160
-        v.response_bucket = 96
+        v.rollout.n = 2  # verifications per solution in verifier updates (paper 4)
+        v.rollout.max_tokens = VERIFIER_TOKENS
+        v.max_prompt_len = 256  # a 64-token reply of many lines, tagged, in the chat template
+        v.response_bucket = VERIFIER_TOKENS
         v.sampler.prompt_bucket = 32
         v.sampler.max_rows = 64
         v.trainer.optimizer.learning_rate = 1e-5
+        v.trainer.optimizer.weight_decay = 0.0
         v.trainer.loss.kl_coef = 0.0
+        v.trainer.loss.entropy_coef = 0.0
         v.trainer.micro_batch_size = 16
-        c.schedule.total_steps = STEPS * 4 // 3  # [G, G, G, V]: the same 30 generator steps
+        sft = c.sft.verifier
+        sft.enable = True
+        sft.data_path = f"{ASSETS}/verifier_sft.jsonl"
+        sft.steps = 16
+        sft.batch_size = 8
+        sft.trainer.optimizer.learning_rate = 1e-4  # smollm2_arith's format SFT
+        sft.trainer.micro_batch_size = 8
+        c.schedule.verifier_warmup_steps = VERIFIER_WARMUP
+        # [G, G, G, V] after the warm-up: the same 30 generator steps as the GRPO runs
+        c.schedule.total_steps = VERIFIER_WARMUP + STEPS * 4 // 3
+    c.name = f"smollm2_addition_{variant}"
+    c.run_dir = f"runs/smollm2_addition_{variant}"
     return c

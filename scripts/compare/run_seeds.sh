@@ -4,6 +4,8 @@
 #
 #   bash scripts/compare/run_seeds.sh 1 2 3          # tango_jax then TRL, seed by seed
 #   TRAINERS=trl bash scripts/compare/run_seeds.sh 2  # one trainer only
+#   TRAINERS=tango bash scripts/compare/run_seeds.sh 1  # Tango (configs/smollm2_addition.py:tango)
+#                                                     # on the same task; its rollouts recorded too
 #
 # A seed whose record already exists is skipped, so a stopped study resumes where it left off.
 # Then: python scripts/compare/compare_trl.py --seeds 1,2,3 \
@@ -15,13 +17,14 @@ RECORDS="${RECORDS:-docs/compare_trl/runs}"  # where the records go
 mkdir -p "$RECORDS" runs
 [ "$#" -gt 0 ] || { echo "usage: $0 SEED [SEED ...]" >&2; exit 2; }
 for trainer in ${TRAINERS:-tango_jax trl}; do  # every name checked before anything runs
-  case "$trainer" in tango_jax | trl) ;; *) echo "unknown trainer $trainer (tango_jax | trl)" >&2; exit 2 ;; esac
+  case "$trainer" in tango_jax | trl | tango) ;; *) echo "unknown trainer $trainer (tango_jax | trl | tango)" >&2; exit 2 ;; esac
 done
 
 record() {  # record NAME RUN_DIR LOG: the metrics, the config and the log of a finished run
   local out="$RECORDS/$1"
   mkdir -p "$out.tmp"
   cp "$2/metrics.jsonl" "$2/config.json" "$out.tmp/"
+  if [ -d "$2/rollouts" ]; then cp -r "$2/rollouts" "$out.tmp/"; fi
   grep -v "it/s\]" "$3" > "$out.tmp/train.log"
   rm -rf "$out" && mv "$out.tmp" "$out"
   echo "recorded $out"
@@ -38,6 +41,11 @@ for seed in "$@"; do
         rm -rf "$run_dir"  # a run stopped half-way starts again: its steps are not comparable
         .venv/bin/python -m tango_jax.train --config "$CONFIG" --config.seed="$seed" \
           --config.run_dir="$run_dir" > "$log" 2>&1 ;;
+      tango)
+        run_dir="runs/smollm2_addition_tango_s${seed}"
+        rm -rf "$run_dir"
+        .venv/bin/python -m tango_jax.train --config configs/smollm2_addition.py:tango \
+          --config.seed="$seed" --config.run_dir="$run_dir" > "$log" 2>&1 ;;
       trl)
         run_dir="runs/trl_smollm2_addition_grpo_s${seed}"
         rm -rf "$run_dir"

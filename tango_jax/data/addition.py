@@ -27,6 +27,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tango_jax.data.datasets import Problem
+from tango_jax.data.synthetic import Draws
+from tango_jax.text import formats
 
 QUESTION = "What is {a} + {b}? Answer with just the number."
 ASSETS = Path(__file__).resolve().parents[1] / "assets" / "addition"
@@ -84,6 +86,48 @@ def last_integer_reward(completion: str, answer: str, question: str) -> float:
     return float(last_integer(completion) == answer.strip())
 
 
+# Replies of the shapes the instruct model writes (its zero-shot replies and what GRPO makes of
+# them), for the verifier's format SFT; every line states the sum, so every step's truth is the
+# reply's.
+REPLY_SHAPES = (
+    "{s}",
+    "{a} + {b} = {s}",
+    "The answer is {s}.",
+    "{a} + {b} = {s}\nThe answer is {s}.",
+)
+WRONG_BY = (-2, -1, 1, 2)
+
+
+def verifier_sft_records(problems: Sequence[Problem]) -> list[dict[str, str]]:
+    """The verifier's format SFT set (`sft.verifier.data_path` records {"question", "solution",
+    "response"}): each problem's reply in every `REPLY_SHAPES`, once with the right sum and once
+    with a wrong one (off by one of `WRONG_BY`, drawn per problem and shape); the solution as
+    the verifier sees line steps (`formats.tagged_solution`), the response the Tango
+    verification the smollm2_arith format SFT writes: one step per line, its analysis the sum
+    recomputed ("Step 1 Analysis: 7 + 5 = 12."), its label the line's truth, the verdict the
+    outcome."""
+    records = []
+    for p in problems:
+        a, b = (int(x) for x in p.id.split("+"))
+        for k, shape in enumerate(REPLY_SHAPES):
+            wrong = a + b + Draws("addition-sft", p.id, k).choice(WRONG_BY)
+            for s in (a + b, wrong):
+                reply = shape.format(a=a, b=b, s=s)
+                lines = formats.split_lines(reply)
+                label = formats.CORRECT if s == a + b else formats.INCORRECT
+                analysis = f"{a} + {b} = {a + b}."
+                analyses = [f"Step {i + 1} Analysis: {analysis}" for i in range(len(lines))]
+                judgments = [1 if label == formats.CORRECT else -1] * len(lines)
+                records.append(
+                    {
+                        "question": p.question,
+                        "solution": formats.tagged_solution(reply, formats.StepSplit.LINES),
+                        "response": formats.render_verification(judgments, label, analyses),
+                    }
+                )
+    return records
+
+
 def write_jsonl(problems: Sequence[Problem], path: Path) -> None:
     lines = [json.dumps({"question": p.question, "answer": p.answer, "id": p.id}) for p in problems]
     path.write_text("\n".join(lines) + "\n")
@@ -97,6 +141,10 @@ def main() -> int:
         problems = addition_problems(TRAIN_AND_EVAL, split)
         write_jsonl(problems, ASSETS / f"{split}.jsonl")
         print(f"{ASSETS / split}.jsonl: {len(problems)} problems")
+    records = verifier_sft_records(addition_problems(TRAIN_AND_EVAL, "train"))
+    lines = [json.dumps(r) for r in records]
+    (ASSETS / "verifier_sft.jsonl").write_text("\n".join(lines) + "\n")
+    print(f"{ASSETS / 'verifier_sft'}.jsonl: {len(records)} records (training questions only)")
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from tango_jax.config.run import (
 from tango_jax.rl.advantages import AdvantageEstimator
 from tango_jax.schema import ConfigError, from_dict, to_dict
 from tango_jax.tango.kind import Kind
+from tango_jax.text.formats import StepSplit
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -144,7 +146,12 @@ def test_smollm2_addition_is_sized_and_matched_as_documented():
     assert grpo.data.reward == "tango_jax.data.addition:last_integer_reward"
     tango = load_run_config(_load("smollm2_addition", "tango"))
     assert tango.verifier.enable and tango.schedule.count(Kind.GENERATOR) == 30
-    assert (tango.generator, tango.data) == (g, grpo.data)
+    # the GRPO run's generator and data; its replies' lines are the steps
+    assert tango.data.step_split is StepSplit.LINES
+    assert (tango.generator, dataclasses.replace(tango.data, step_split=StepSplit.TAGS)) == (
+        g, grpo.data)  # fmt: skip
+    assert tango.sft.verifier.enable and not tango.sft.generator.enable
+    assert (CONFIGS.parent / tango.sft.verifier.data_path).is_file()
 
 
 def test_unknown_field_is_named_with_suggestion():

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from tango_jax.data import addition
-from tango_jax.text import reward_function
+from tango_jax.text import formats, reward_function
 
 
 @pytest.mark.parametrize(
@@ -46,8 +47,31 @@ def test_shipped_files_are_the_module_output(tmp_path, monkeypatch):
     shipped = Path(addition.ASSETS)
     monkeypatch.setattr(addition, "ASSETS", tmp_path)
     addition.main()
-    for name in ("train.jsonl", "eval.jsonl", "generator_prompt.json"):
+    for name in ("train.jsonl", "eval.jsonl", "generator_prompt.json", "verifier_sft.jsonl"):
         assert (tmp_path / name).read_text() == (shipped / name).read_text(), name
     assert json.loads((tmp_path / "generator_prompt.json").read_text()) == {
         "template": "{question}"
     }
+
+
+def test_verifier_sft_records_judge_every_line_by_its_truth():
+    """Each training question in every reply shape, right and wrong; one judgment per line,
+    each the reply's truth (every line of these shapes states the sum), the verdict the
+    outcome, and the solution shown as the verifier sees line steps."""
+    train = addition.addition_problems(addition.TRAIN_AND_EVAL, "train")
+    records = addition.verifier_sft_records(train)
+    assert len(records) == len(train) * len(addition.REPLY_SHAPES) * 2
+    assert {r["question"] for r in records} == {p.question for p in train}
+    verdicts = []
+    for r in records:
+        a, b = (int(x) for x in re.findall(r"\d+", r["question"]))
+        steps = formats.split_steps(r["solution"])
+        said = int(re.findall(r"\d+", steps[-1].text)[-1])
+        v = formats.parse_verification(r["response"])
+        truth = formats.CORRECT if said == a + b else formats.INCORRECT
+        assert v.verdict == truth and len(v.step_judgments) == len(steps) in (1, 2)
+        assert set(v.step_judgments) == {1 if truth == formats.CORRECT else -1}
+        assert f"Analysis: {a} + {b} = {a + b}." in r["response"]
+        assert 1 <= abs(said - (a + b)) <= 2 or said == a + b
+        verdicts.append(v.verdict)
+    assert verdicts.count(formats.CORRECT) == len(records) // 2

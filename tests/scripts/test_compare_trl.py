@@ -115,6 +115,59 @@ def test_run_seeds_skips_recorded_runs_and_refuses_an_unknown_trainer(tmp_path):
         capture_output=True,
         text=True,
     )
-    assert bad.returncode == 2 and "unknown trainer verl (tango_jax | trl)" in bad.stderr
+    assert bad.returncode == 2 and "unknown trainer verl (tango_jax | trl | tango)" in bad.stderr
     usage = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
     assert usage.returncode == 2 and "usage:" in usage.stderr
+
+
+def _metrics(path, rows) -> None:
+    path.mkdir(parents=True)
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_tango_against_grpo_pairs_evaluations_by_generator_updates_and_scores_labels(tmp_path):
+    """scripts/compare/tango_addition.py on made-up records: Tango's evaluation after 2 generator
+    updates (global step 3, a verifier warm-up step first) is paired with GRPO's at step 2; the
+    answer step's labels give informedness by hand."""
+    tango_addition = load_script("compare", "tango_addition")
+    acc = "eval/generator/sampled_accuracy"
+    for seed, late in ((1, 0.6), (2, 0.7)):
+        _metrics(tmp_path / f"tango_s{seed}", [
+            {"step": 0, acc: 0.3, "eval/verifier/verdict_accuracy": 0.5},
+            {"step": 1, "schedule/generator_updates": 0},
+            {"step": 2, "schedule/generator_updates": 1},
+            {"step": 3, "schedule/generator_updates": 2, acc: late},
+        ])  # fmt: skip
+        _metrics(tmp_path / f"grpo_s{seed}", [
+            {"step": 0, acc: 0.3}, {"step": 1, "schedule/generator_updates": 1},
+            {"step": 2, "schedule/generator_updates": 2, acc: 0.5},
+        ])  # fmt: skip
+        rows = [
+            # the answer is on the second line: its label counts (said right), not the first's
+            ("7 + 5 = 12\nThe answer is 12.", True, [-1, 1], [-0.5, 0.5]),
+            ("13", False, [1], [1.0]),  # wrong, said right
+            ("11", False, [-1], [-1.0]),  # wrong, said wrong
+            ("no idea", False, [-1], [-1.0]),  # no integer: no answer step
+            ("12", True, [1, 1], None),  # two judgments of one line: no step reward
+        ]
+        logged = [{"step": 2, "phase": "generator", "solution": text, "correct": ok,
+                   "verifications": [{"step_judgments": j, "step_rewards": r}]}
+                  for text, ok, j, r in rows]  # fmt: skip
+        (tmp_path / f"tango_s{seed}" / "rollouts").mkdir()
+        (tmp_path / f"tango_s{seed}" / "rollouts" / "step_000002.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in logged)
+        )
+    out = tmp_path / "out"
+    tango_addition.main(["--seeds", "1,2", "--tango", str(tmp_path / "tango_s{seed}"),
+                         "--grpo", str(tmp_path / "grpo_s{seed}"), "--out", str(out)])  # fmt: skip
+    summary = json.loads((out / "tango_summary.json").read_text())
+    first, late = summary[acc]["evaluations"]
+    assert (first["updates"], first["difference"]) == (0, 0.0)
+    assert late["updates"] == 2 and late["difference"] == pytest.approx(0.15)
+    assert late["per_seed"] == pytest.approx([0.1, 0.2])
+    # the area under (0, 0.3)-(2, late): tango 0.45 / 0.5 against GRPO's 0.4
+    assert summary[acc]["auc"]["difference"] == pytest.approx(0.075)
+    [window] = summary["rollout_labels"]["1"]
+    assert window["verifications"] == 5 and window["aligned"] == pytest.approx(3 / 5)
+    assert window["right_share"] == pytest.approx(1 / 3)
+    assert window["informedness"] == pytest.approx(1 + 1 / 2 - 1)
