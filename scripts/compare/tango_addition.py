@@ -87,22 +87,24 @@ def answer_step(solution: str) -> int | None:
 
 def label_scores(rows: list[dict]) -> dict[str, float]:
     """Of the verifications of these rollouts: the share whose judgments match the reply's
-    lines, and the answer step's label against the reply's truth (see the module docstring)."""
-    judged, pairs = 0, []
+    lines, and the answer step's label against the reply's truth (see the module docstring),
+    scored by the run's own `feedback.step_label_scores` as a one-step solution each."""
+    from tango_jax.run.feedback import step_label_scores
+
+    judged, labelled = 0, []
     for r in rows:
         k = answer_step(r["solution"])
         for v in r["verifications"]:
             judged += 1
-            if v["step_rewards"] is None or k is None:
-                continue
-            pairs.append((bool(r["correct"]), v["step_judgments"][k] > 0))
-    out = {"verifications": judged, "aligned": len(pairs) / max(judged, 1)}
-    if pairs:
-        right, said = np.asarray(pairs).T
-        out["answer_step_accuracy"] = float((right == said).mean())
-        out["right_share"] = float(right.mean())
-        if right.any() and not right.all():
-            out["informedness"] = float(said[right].mean() + (~said[~right]).mean() - 1)
+            if v["step_rewards"] is not None and k is not None:
+                labelled.append((-1 if r["correct"] else 0, [v["step_judgments"][k]]))
+    out = {"verifications": judged, "aligned": len(labelled) / max(judged, 1)}
+    if labelled:
+        scores = step_label_scores(labelled)
+        out["answer_step_accuracy"] = scores["process/step_label_accuracy"]
+        out["right_share"] = float(np.mean([first == -1 for first, _ in labelled]))
+        if "process/step_label_informedness" in scores:
+            out["informedness"] = scores["process/step_label_informedness"]
     return out
 
 
