@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The seed runs of the GRPO comparison against TRL, one after the other (never side by side:
-# the step times are compared), each run's record copied to docs/compare_trl/runs/ as it ends.
+# the step times are compared, and a Tango run alone peaks at ~17 GB of memory), each run's
+# record copied to docs/compare_trl/runs/ as it ends.
 #
 #   bash scripts/compare/run_seeds.sh 1 2 3          # tango_jax then TRL, seed by seed
 #   TRAINERS=trl bash scripts/compare/run_seeds.sh 2  # one trainer only
