@@ -122,7 +122,8 @@ DRY_TRAIN = [
 ]
 DRY_DECODE = "--preset tiny-qwen2 --backends jax --decode --prompts 2 --n 2 --prompt-len 8 "
 # 64 tokens: with fewer, the tiny model's decode took no longer than the call's overhead
-# (16 tokens: 0.033 s against a 0.034 s prefill on a loaded machine; bench_samplers refuses it)
+# (16 tokens: 0.033 s against a 0.034 s prefill beside another test worker; bench_samplers
+# refuses that as noise)
 DRY_DECODE += "--max-tokens 64"
 DRY_DECODE_SWITCHES = ("baseline", "decode_block 2")
 

@@ -7,9 +7,8 @@ convolutions stay library calls):
 
 - LLVM's optimisation level 0, without its expensive passes: about 30% less compile time;
 - XLA:CPU's legacy loop emitters instead of its MLIR fusion emitters
-  (`--xla_cpu_use_fusion_emitters=false`): about 35% less CPU time again (jax 0.10.2, the tiny
-  models: tests/rl/test_trainer.py 104 -> 61 s, tests/models/test_models.py 103 -> 67 s,
-  tests/run/test_overlap.py 87 -> 55 s).
+  (`--xla_cpu_use_fusion_emitters=false`): about 35% less CPU time again in compile-bound
+  modules (jax 0.10.2; the measurements are in docs/testing.md).
 
 Either can part two differently fused programs in the last bit. It applies to tests only: runs
 and benchmarks keep XLA's defaults.
