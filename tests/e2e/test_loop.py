@@ -50,12 +50,18 @@ def _assert_resumed_like(run_dir: Path, copy: Path) -> None:
             np.testing.assert_array_equal(wa[k], wb[k], err_msg=f"{role} {k}")
 
 
-def _crashed_after_step_2(run_dir: Path, copy: Path) -> Path:
-    """A copy of the run as a crash right after step 2's checkpoint would have left it."""
+def _crashed_after_step_2(run_dir: Path, copy: Path, *, keep_damaged_4: bool = False) -> Path:
+    """A copy of the run as a crash right after step 2's checkpoint would have left it; with
+    `keep_damaged_4`, as one right after step 4's, whose generator parameters a failing disk
+    cut in half (its host document intact)."""
     shutil.copytree(run_dir, copy)
-    for name in ("4", "5"):
-        shutil.rmtree(copy / "checkpoints" / name)
+    shutil.rmtree(copy / "checkpoints" / "5")
     shutil.rmtree(copy / "hf")
+    if keep_damaged_4:
+        (data,) = (copy / "checkpoints" / "4" / "generator_params" / "d").iterdir()
+        data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    else:
+        shutil.rmtree(copy / "checkpoints" / "4")
     return copy
 
 
@@ -179,15 +185,22 @@ TangoLoop(cfg, make_mesh(cfg.mesh)).run()
 """
 
 
-def test_kill_9_during_a_checkpoint_save_then_resume_reproduces_the_run(jax_run, tmp_path):
-    """A crash right after step 2's checkpoint (a copy of the run with the later checkpoints
-    deleted), resumed in a child process, which is killed with SIGKILL the moment its step-4
-    checkpoint starts to appear on disk, i.e. during the save; resuming the same run directory
-    (another child) must write the uninterrupted run's metrics for steps 3-5 and its final
-    weights. This is also the plain resume test: the second child resumes from step 2, as the
-    first would have."""
+def test_a_damaged_checkpoint_then_kill_9_mid_save_then_resume_reproduce_the_run(jax_run, tmp_path):
+    """A crash after step 4's checkpoint was written with its parameters truncated (a copy of
+    the run without step 5; the host document still readable, so the loop first positions the
+    data at step 4), resumed in a child process: it moves step 4 aside, resumes from step 2,
+    repositions the data and writes the uninterrupted run's steps 3 and 4, and is killed with
+    SIGKILL the moment its own step-4 checkpoint starts to appear on disk, i.e. during the
+    save. Resuming the same run directory (another child) must write the uninterrupted run's
+    metrics for steps 3-5 and its final weights. This is also the plain resume test: the
+    second child resumes from step 2, as the first would have.
+
+    Both runs are child processes: after orbax fails to read the truncated file, its reader
+    threads can abort the interpreter minutes later (seen once in a full-suite run), which
+    would take the rest of the suite with it; this process never touches the damaged or the
+    killed save's files with orbax."""
     run_dir, _ = jax_run
-    copy = _crashed_after_step_2(run_dir, tmp_path / "k")
+    copy = _crashed_after_step_2(run_dir, tmp_path / "k", keep_damaged_4=True)
     here = Path(__file__).resolve().parent  # conftest, the helpers and this file
     tests = os.pathsep.join(map(str, [here.parent, here.parent / "helpers", here]))
     child = subprocess.Popen(
@@ -197,9 +210,9 @@ def test_kill_9_during_a_checkpoint_save_then_resume_reproduces_the_run(jax_run,
         text=True,
     )
     seen: list[str] = []
-    try:
+    try:  # the damaged "4" is there from the start: wait for another name
         while child.poll() is None and not seen:
-            seen = [p.name for p in (copy / "checkpoints").iterdir() if p.name != "2"]
+            seen = [p.name for p in (copy / "checkpoints").iterdir() if p.name not in ("2", "4")]
             time.sleep(0.005)
     finally:
         child.kill()  # SIGKILL
@@ -207,8 +220,12 @@ def test_kill_9_during_a_checkpoint_save_then_resume_reproduces_the_run(jax_run,
     assert seen, f"the child ended before saving step 4 (rc {child.returncode}): {err[-3000:]}"
     assert child.returncode == -signal.SIGKILL
     assert any("tmp" in name for name in seen), seen  # killed mid-save, before the rename
-    # The resume runs in a child too: this process never touches the killed save's files with
-    # orbax (its reader threads have aborted an interpreter after a failed read before).
+    assert (copy / "checkpoints_damaged" / "4" / "generator_params").is_dir()
+    # the fallback's steps 3 and 4 (written before step 4's save began) are the uninterrupted
+    # run's: the data was positioned at step 2 again, not left at step 4
+    rows = read_metrics(copy)
+    assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]
+    assert _comparable(rows[3:]) == _comparable(read_metrics(run_dir)[3:5])
     resumed = subprocess.run(
         [sys.executable, "-c", _CHILD_RUN, str(tests), str(copy)], capture_output=True, text=True
     )
@@ -303,41 +320,6 @@ def test_sigterm_saves_the_step_in_flight_and_a_second_launch_is_refused(jax_run
     assert not holding, holding
     saved = json.loads((copy / "config.json").read_text())
     assert saved["generator"]["sampler"]["vllm"]["api_key"] == "<redacted>"
-
-
-def test_resume_falls_back_from_a_damaged_checkpoint(request, tmp_path):
-    """The latest checkpoint's parameters truncated (its host document still readable, so the
-    loop first positions the data at step 4): the loop moves it aside, resumes from step 2,
-    repositions the data, and reproduces the uninterrupted run's steps 3-5.
-
-    Runs in a child pytest: after orbax fails to read the truncated file, its reader threads
-    can abort the interpreter minutes later (seen once in a full-suite run), which would take
-    the rest of the suite with it. The child copies this module's uninterrupted run (the
-    `jax_run` fixture, made once) rather than making its own."""
-    run_env = "TANGO_JAX_TEST_UNINTERRUPTED_RUN"
-    if os.environ.get(run_env) is None:
-        run_dir, _ = request.getfixturevalue("jax_run")
-        child = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", request.node.nodeid],
-            cwd=request.config.rootpath,
-            env={**os.environ, run_env: str(run_dir)},
-            capture_output=True,
-            text=True,
-        )
-        assert child.returncode == 0, child.stdout[-4000:] + child.stderr[-4000:]
-        return
-    run_dir = Path(os.environ[run_env])
-    copy = tmp_path / "b"
-    shutil.copytree(run_dir, copy)
-    shutil.rmtree(copy / "checkpoints" / "5")
-    shutil.rmtree(copy / "hf")
-    (data,) = (copy / "checkpoints" / "4" / "generator_params" / "d").iterdir()
-    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
-    _loop(_short_config(copy)).run()
-    a, b = read_metrics(run_dir), read_metrics(copy)
-    assert [r["step"] for r in b] == [0, 1, 2, 3, 4, 5]
-    assert _comparable(b[3:]) == _comparable(a[3:])
-    assert (copy / "checkpoints_damaged" / "4" / "generator_params").is_dir()
 
 
 def test_resume_false_refuses_an_existing_run(jax_run):
