@@ -21,9 +21,10 @@ tokenizer decodes; ids it lacks decode to nothing, which the timing does not dep
 1-token generation (prefill, one sample) and takes the difference of the fastest of three calls
 of each as the decode time of the remaining tokens. Each decode step must read every parameter
 and the KV cache (the sampler attends over the whole cache buffer, P + N slots, masked), so
-bytes / measured copy bandwidth (a jitted `x + 1` over a 1 GiB buffer, bytes read plus written)
-is the step's floor; the output gives decode tokens/s, the step time, that floor and their
-ratio (bandwidth_fraction).
+bytes / measured copy bandwidth (a jitted `x + 1` over a `--copy-gib` GiB buffer, default 1,
+bytes read plus written) is the step's floor; the output gives decode tokens/s, the step time,
+that floor and their ratio (bandwidth_fraction). On a CPU, where bf16 arithmetic is emulated,
+the 1 GiB copy takes ~20 s: a dry run of the code path passes a small --copy-gib.
 """
 
 from __future__ import annotations
@@ -206,6 +207,9 @@ def main(argv: list[str]) -> int:
         help="vLLM with torch.compile / CUDA graphs (default: eager on CPUs, compiled on GPUs)",
     )
     p.add_argument("--decode", action="store_true", help="JAX decode vs memory bandwidth")
+    p.add_argument(
+        "--copy-gib", type=float, default=1.0, help="--decode: GiB copied to measure bandwidth"
+    )
     p.add_argument("--dtype", default="float32")
     p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     p.add_argument("--devices", help="CUDA_VISIBLE_DEVICES of the vLLM server")
@@ -218,6 +222,8 @@ def main(argv: list[str]) -> int:
     backends = args.backends.split(",")
     if unknown := set(backends) - set(BACKENDS):
         p.error(f"--backends {args.backends}: unknown {sorted(unknown)}; use some of {BACKENDS}")
+    if args.copy_gib <= 0:
+        p.error(f"--copy-gib {args.copy_gib}: the copy needs a buffer; give a size > 0 (GiB)")
     if args.preset and set(backends) & {"vllm", "vllm-offline"}:
         p.error("--preset has no checkpoint for vLLM to load: use --model, or --backends jax")
     if args.preset:
@@ -244,7 +250,7 @@ def main(argv: list[str]) -> int:
         results["jax"] = _timed(jax_sampler, prompts, params)
         if args.decode:
             results["jax_decode"] = decode_numbers(
-                jax_sampler, prompts, params, model, copy_bandwidth()
+                jax_sampler, prompts, params, model, copy_bandwidth(args.copy_gib)
             )
     results["device"] = str(jax.devices()[0].device_kind)
     vllm_on_cpu = args.backend == "gloo"  # gloo weight transfer: the CPU build (as the server)

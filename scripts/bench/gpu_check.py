@@ -124,7 +124,7 @@ DRY_DECODE = "--preset tiny-qwen2 --backends jax --decode --prompts 2 --n 2 --pr
 # 64 tokens: with fewer, the tiny model's decode took no longer than the call's overhead
 # (16 tokens: 0.033 s against a 0.034 s prefill beside another test worker; bench_samplers
 # refuses that as noise)
-DRY_DECODE += "--max-tokens 64"
+DRY_DECODE += "--max-tokens 64 --copy-gib 0.0625"  # the 1 GiB bf16 copy: ~20 s on a CPU
 DRY_DECODE_SWITCHES = ("baseline", "decode_block 2")
 
 

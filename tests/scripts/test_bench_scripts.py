@@ -69,6 +69,16 @@ def test_sampler_benchmark_rejects_a_preset_for_vllm():
     assert "--preset has no checkpoint for vLLM" in proc.stderr
 
 
+def test_sampler_benchmark_rejects_a_copy_of_nothing(monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(ROOT / "scripts" / "bench"))
+    import bench_samplers
+
+    with pytest.raises(SystemExit) as stop:
+        bench_samplers.main(["--preset", "tiny-qwen2", "--backends", "jax", "--copy-gib", "0"])
+    assert stop.value.code == 2
+    assert "--copy-gib 0.0: the copy needs a buffer; give a size > 0" in capsys.readouterr().err
+
+
 def test_check_memory_plans_both_roles_without_the_cpu_combiner(tmp_path):
     out = tmp_path / "plan.json"
     script = ROOT / "scripts" / "bench" / "check_memory.py"
