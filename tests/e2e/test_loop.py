@@ -1,12 +1,16 @@
 """The Tango loop end to end on the tiny config, shortened: both sampler backends, both models
-change, metrics and checkpoints are written, a resumed run reproduces an uninterrupted one,
-and a non-finite step stops the run without touching the last checkpoint."""
+change, metrics, checkpoints and the rollout log are written, a resumed run reproduces an
+uninterrupted one, and a non-finite step stops the run without touching the last checkpoint.
+The module's run has a reward function of its own (data.reward): the outcome rewards are the
+function's, in training and in the held-out evaluation; a bad reward name stops the run in
+the pre-run checks with nothing written."""
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
 import json
+import math
 import os
 import shutil
 import signal
@@ -16,9 +20,10 @@ import threading
 import time
 from pathlib import Path
 
+import custom_rewards
 import numpy as np
 import pytest
-from short_runs import ROOT, TINY, child_env, config_flags
+from short_runs import LOOP_REWARD, ROOT, TINY, child_env, config_flags, loop_config
 from short_runs import comparable as _comparable
 from short_runs import short_config as _short_config
 from short_runs import weights as _weights
@@ -27,6 +32,7 @@ from tango_jax.checkpoint.divergence import DivergenceError
 from tango_jax.checkpoint.guards import NonFiniteError
 from tango_jax.checkpoint.run import RunCheckpointer
 from tango_jax.data.prompts import DataSource
+from tango_jax.metrics.rollouts import logged_steps, read_rollouts
 from tango_jax.metrics.writer import read_metrics
 from tango_jax.parallel.mesh import make_mesh
 from tango_jax.run.loop import TangoLoop
@@ -40,10 +46,13 @@ def _loop(cfg) -> TangoLoop:
 
 
 def _assert_resumed_like(run_dir: Path, copy: Path) -> None:
-    """`copy`, resumed from step 2, wrote run_dir's metrics for steps 3-5 and its final weights."""
+    """`copy`, resumed from step 2, wrote run_dir's metrics and rollout log for steps 3-5 and its
+    final weights."""
     a, b = read_metrics(run_dir), read_metrics(copy)
     assert [r["step"] for r in b] == [0, 1, 2, 3, 4, 5]
     assert _comparable(b[3:]) == _comparable(a[3:])
+    # step 4's rollout file, written by the crashed attempt, was written again, the same
+    assert logged_steps(copy) == [1, 2, 4] and read_rollouts(copy) == read_rollouts(run_dir)
     for role in ("generator", "verifier"):
         wa, wb = _weights(run_dir / "hf" / role), _weights(copy / "hf" / role)
         for k in wa:
@@ -68,7 +77,7 @@ def _crashed_after_step_2(run_dir: Path, copy: Path, *, keep_damaged_4: bool = F
 @pytest.fixture(scope="module")
 def jax_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("run") / "a"
-    final = _loop(_short_config(run_dir)).run()
+    final = _loop(loop_config(run_dir)).run()
     return run_dir, final
 
 
@@ -170,6 +179,73 @@ def test_run_writes_metrics_checkpoints_and_changes_both_models(jax_run):
     assert (run_dir / "tensorboard").is_dir() and (run_dir / "config.json").exists()
 
 
+def test_outcome_rewards_come_from_the_function(jax_run):
+    """The run's reward function of its own (data.reward): every logged outcome reward is the
+    function's, in training and in the held-out evaluation, and no call failed."""
+    run_dir, _ = jax_run
+    assert json.loads((run_dir / "config.json").read_text())["data"]["reward"] == LOOP_REWARD
+    rows = read_rollouts(run_dir)
+    for r in rows:
+        expected = custom_rewards.digit_share(r["solution"], r["answer"], r["question"])
+        assert r["outcome_reward"] == pytest.approx(expected, abs=1e-6)
+        assert r["correct"] == (r["outcome_reward"] > 0.5)
+    assert rows and all(0.0 < r["outcome_reward"] < 1.0 for r in rows)  # Math-Verify: 0 or 1
+    metrics = read_metrics(run_dir)
+    for m in metrics:
+        for prefix in ("generator", "verifier/solutions", "eval/generator"):
+            for failure in ("errors", "out_of_range", "not_a_number"):
+                assert m.get(f"{prefix}/reward/{failure}", 0.0) == 0.0
+    key = "eval/generator/reward/mean"
+    held_out = [m[key] for m in metrics if key in m]
+    # the held-out set of 4 problems: Math-Verify's mean would be a multiple of 1/4
+    assert held_out and all(0.0 < x < 1.0 and x * 4 != round(x * 4) for x in held_out)
+
+
+def test_rollout_log_holds_both_models_outputs(jax_run):
+    run_dir, _ = jax_run
+    assert logged_steps(run_dir) == [1, 2, 4]  # step 1, then every 2nd of the 5
+    by_step = {s: read_rollouts(run_dir, [s]) for s in (1, 2, 4)}
+    # step 1, the verifier's warm-up: one solution per problem, its n = 2 judgments trained on
+    warm = by_step[1]
+    assert [(r["phase"], r["problem"], r["sample"]) for r in warm] == [
+        ("verifier_warmup", 0, 0),
+        ("verifier_warmup", 1, 0),
+    ]
+    for r in warm:
+        assert len(r["verifications"]) == 2 and "advantage" not in r
+        # GRPO: a group's advantages are centred (and 0 when its rewards are equal)
+        assert sum(v["advantage"] for v in r["verifications"]) == pytest.approx(0.0, abs=1e-4)
+        for v in r["verifications"]:
+            assert v["verdict"] in (0, 1, None) and set(v["step_judgments"]) <= {1, -1}
+            assert v["text"] and 0.0 <= v["format_score"] <= 1.0
+    # generator steps: 2 problems x 2 samples, each with the verifier's one feedback output
+    for step in (2, 4):
+        rows = by_step[step]
+        assert [(r["problem"], r["sample"]) for r in rows] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+        assert {r["phase"] for r in rows} == {"generator"}
+        for r in rows:
+            assert r["prompt"].endswith(r["question"]) or r["question"] in r["prompt"]
+            assert r["solution"] and r["finish_reason"] in ("stop", "length")
+            assert r["response_tokens"] <= 24 and math.isfinite(r["advantage"])
+            assert len(r["step_advantages"]) == r["num_steps"]
+            (v,) = r["verifications"]
+            if v["step_rewards"] is not None:  # ±1/K where the K judgments match the steps
+                assert len(v["step_rewards"]) == r["num_steps"] == len(v["step_judgments"])
+                assert {abs(x) for x in v["step_rewards"]} == {1 / r["num_steps"]}
+        for a, b in (rows[0:2], rows[2:4]):  # the two samples of a problem share its prompt
+            assert a["prompt"] == b["prompt"] and a["id"] == b["id"]
+    assert by_step[4][0]["weight_version"] > by_step[2][0]["weight_version"]
+
+
+def test_a_bad_reward_name_stops_before_anything_is_written(tmp_path):
+    run_dir = tmp_path / "bad"
+    cfg = loop_config(run_dir)
+    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, reward="custom_rewards:nope"))
+    with pytest.raises(ConfigError, match=r"config.data.reward \('custom_rewards:nope'\) names"):
+        _loop(cfg).run()
+    assert not run_dir.exists()
+
+
 _CHILD_RUN = """
 import sys
 import threading
@@ -180,7 +256,7 @@ import conftest  # the session's 8 simulated devices and matmul precision
 import short_runs
 from tango_jax.parallel.mesh import make_mesh
 from tango_jax.run.loop import TangoLoop
-cfg = short_runs.short_config(Path(sys.argv[2]))
+cfg = short_runs.loop_config(Path(sys.argv[2]))
 TangoLoop(cfg, make_mesh(cfg.mesh)).run()
 """
 
@@ -237,7 +313,7 @@ _SECRET = "key-2d8f1c0b9a7e"  # a vLLM key given in the config: written nowhere
 
 
 def _train_command(run_dir: Path) -> list[str]:
-    """`python -m tango_jax.train` for `_short_config(run_dir)`, with a vLLM key in the config
+    """`python -m tango_jax.train` for `loop_config(run_dir)`, with a vLLM key in the config
     (a field that may change on resume; unused by the JAX sampler, but written with it)."""
     key = f"--config.generator.sampler.vllm.api_key={_SECRET}"
     return [
@@ -245,7 +321,7 @@ def _train_command(run_dir: Path) -> list[str]:
         "-m",
         "tango_jax.train",
         TINY,
-        *config_flags(_short_config(run_dir)),
+        *config_flags(loop_config(run_dir)),
         key,
     ]
 
@@ -269,6 +345,7 @@ def test_sigterm_saves_the_step_in_flight_and_a_second_launch_is_refused(jax_run
     run_dir, _ = jax_run
     copy = _crashed_after_step_2(run_dir, tmp_path / "s")
     env = child_env(compile_cache=tmp_path / "compile_cache")
+    env["PYTHONPATH"] += os.pathsep + str(ROOT / "tests" / "helpers")  # the reward's module
     log = tmp_path / "first.log"
     with open(log, "w") as out:
         first = subprocess.Popen(
@@ -324,7 +401,7 @@ def test_sigterm_saves_the_step_in_flight_and_a_second_launch_is_refused(jax_run
 
 def test_resume_false_refuses_an_existing_run(jax_run):
     run_dir, _ = jax_run
-    cfg = _short_config(run_dir)
+    cfg = loop_config(run_dir)
     before = {p: p.read_bytes() for p in run_dir.glob("*.json*")}
     with pytest.raises(ConfigError, match="resume=True"):
         _loop(dataclasses.replace(cfg, resume=False)).run()

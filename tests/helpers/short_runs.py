@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from safetensors.numpy import load_file
 from xla_flags import xla_flags
 
 from tango_jax.config.run import RunConfig, load_run_config, sibling_config
+from tango_jax.metrics.rollouts import RolloutLogConfig
 from tango_jax.schema import to_dict
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,6 +62,18 @@ def short_config(
     c.checkpoint.keep = 3
     c.checkpoint.every_minutes = 0  # only the scheduled saves (and signals) in tests
     return load_run_config(c)
+
+
+# tests/e2e/test_loop.py's run, and the child processes that resume copies of it: a reward
+# function of one's own (tests/helpers/custom_rewards.py; a child needs tests/helpers on its
+# path) and the rollout log at steps 1, 2 and 4.
+LOOP_REWARD = "custom_rewards:digit_share"
+
+
+def loop_config(run_dir: Path):
+    c = short_config(run_dir, data={"reward": LOOP_REWARD})
+    rollouts = RolloutLogConfig(every_steps=2, max_rows=16, max_chars=10_000)
+    return dataclasses.replace(c, log_rollouts=rollouts)
 
 
 def weights(path: Path) -> dict[str, np.ndarray]:

@@ -1,6 +1,6 @@
 """The rollout log files (tango_jax.metrics.rollouts): which steps, bounded rows and texts,
 strict JSON, and a resumed run that leaves exactly one file per logged step. The rows of a real
-run are checked in tests/e2e/test_rollout_logs_and_reward.py, the W&B table in
+run are checked in tests/e2e/test_loop.py, the W&B table in
 tests/metrics/test_wandb.py."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The rollout log's rows (tango_jax.run.rollout_rows) on hand-built steps: which solutions are
 logged, the advantage read at each step's closing token, and each verification's advantage in
-verifier steps. A real run's rows: tests/e2e/test_rollout_logs_and_reward.py."""
+verifier steps. A real run's rows: tests/e2e/test_loop.py."""
 
 from __future__ import annotations
 

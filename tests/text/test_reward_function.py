@@ -1,6 +1,6 @@
 """A run's own reward function (config data.reward): the pre-run check's one-line errors, and
 scoring in the OutcomeScorer's worker processes with its time limit and error counts. The
-end-to-end run with one is in tests/e2e/test_rollout_logs_and_reward.py."""
+end-to-end run with one is in tests/e2e/test_loop.py."""
 
 from __future__ import annotations
 
