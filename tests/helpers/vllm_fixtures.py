@@ -26,6 +26,15 @@ def perturbed(state):
     return nnx.from_flat_state(flat)
 
 
+def worker_processes(sampler) -> list[str]:
+    """The names of the model-worker processes under the sampler's first server (vLLM names
+    them VLLM::Worker; VLLMServerConfig.worker_in_engine runs the model without one)."""
+    import psutil
+
+    root = psutil.Process(sampler.replicas[0].server.process.pid)
+    return [p.name() for p in root.children(recursive=True) if "Worker" in p.name()]
+
+
 PAD_TO = 64  # one compiled shape for every scoring call: causal, so right padding is inert
 
 

