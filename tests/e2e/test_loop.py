@@ -410,8 +410,10 @@ def test_resume_false_refuses_an_existing_run(jax_run):
 
 def test_nonfinite_step_stops_the_run_and_keeps_the_last_checkpoint(tmp_path):
     """A generator lr of 1e30 turns the weights to inf at its first update; the next step's
-    loss is non-finite: the run stops naming the step and the checkpoint that stays valid."""
-    c = _short_config(tmp_path / "nan")
+    loss is non-finite: the run stops naming the step and the checkpoint that stays valid.
+    From the shipped SFT models, without an evaluation before training: neither bears on the
+    guard."""
+    c = _short_config(tmp_path / "nan", scratch=False)
     trainer = c.generator.trainer
     optimizer = dataclasses.replace(trainer.optimizer, learning_rate=1e30, grad_clip=0.0)
     generator = dataclasses.replace(
@@ -420,6 +422,7 @@ def test_nonfinite_step_stops_the_run_and_keeps_the_last_checkpoint(tmp_path):
     cfg = dataclasses.replace(
         c,
         generator=generator,
+        eval=dataclasses.replace(c.eval, before_train=False),
         checkpoint=dataclasses.replace(c.checkpoint, every_steps=1, keep=5, export_hf_at_end=False),
     )
     with pytest.raises(
@@ -437,8 +440,9 @@ def test_nonfinite_step_stops_the_run_and_keeps_the_last_checkpoint(tmp_path):
 def test_a_wrecking_update_with_finite_numbers_stops_the_run(tmp_path):
     """The issue's lr=1e6: the first generator update takes the weights to ~1e10 with every
     metric finite; the parameter-norm guard stops the run at that step, before it is saved,
-    naming the last checkpoint as the good one (its own step's metrics were all finite)."""
-    c = _short_config(tmp_path / "wreck")
+    naming the last checkpoint as the good one (its own step's metrics were all finite). From
+    the shipped SFT models: the SFT stage does not bear on the guard."""
+    c = _short_config(tmp_path / "wreck", scratch=False)
     trainer = c.generator.trainer
     optimizer = dataclasses.replace(trainer.optimizer, learning_rate=1e6)
     generator = dataclasses.replace(
