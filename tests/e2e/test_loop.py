@@ -59,14 +59,14 @@ def _assert_resumed_like(run_dir: Path, copy: Path) -> None:
             np.testing.assert_array_equal(wa[k], wb[k], err_msg=f"{role} {k}")
 
 
-def _crashed_after_step_2(run_dir: Path, copy: Path, *, keep_damaged_4: bool = False) -> Path:
+def _crashed_copy(run_dir: Path, copy: Path, *, damaged_4: bool = False) -> Path:
     """A copy of the run as a crash right after step 2's checkpoint would have left it; with
-    `keep_damaged_4`, as one right after step 4's, whose generator parameters a failing disk
-    cut in half (its host document intact)."""
+    `damaged_4`, as one right after step 4's, whose generator parameters a failing disk cut
+    in half (its host document intact)."""
     shutil.copytree(run_dir, copy)
     shutil.rmtree(copy / "checkpoints" / "5")
     shutil.rmtree(copy / "hf")
-    if keep_damaged_4:
+    if damaged_4:
         (data,) = (copy / "checkpoints" / "4" / "generator_params" / "d").iterdir()
         data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
     else:
@@ -276,7 +276,7 @@ def test_a_damaged_checkpoint_then_kill_9_mid_save_then_resume_reproduce_the_run
     would take the rest of the suite with it; this process never touches the damaged or the
     killed save's files with orbax."""
     run_dir, _ = jax_run
-    copy = _crashed_after_step_2(run_dir, tmp_path / "k", keep_damaged_4=True)
+    copy = _crashed_copy(run_dir, tmp_path / "k", damaged_4=True)
     here = Path(__file__).resolve().parent  # conftest, the helpers and this file
     tests = os.pathsep.join(map(str, [here.parent, here.parent / "helpers", here]))
     child = subprocess.Popen(
@@ -343,7 +343,7 @@ def test_sigterm_saves_the_step_in_flight_and_a_second_launch_is_refused(jax_run
     naming the holder, and leaves it untouched. The vLLM key given in the config is in no
     file of the run directory and in no log."""
     run_dir, _ = jax_run
-    copy = _crashed_after_step_2(run_dir, tmp_path / "s")
+    copy = _crashed_copy(run_dir, tmp_path / "s")
     env = child_env(compile_cache=tmp_path / "compile_cache")
     env["PYTHONPATH"] += os.pathsep + str(ROOT / "tests" / "helpers")  # the reward's module
     log = tmp_path / "first.log"
