@@ -12,6 +12,7 @@ shipped in `tango_jax/assets/tiny_tokenizer/` so runs never depend on training i
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -23,8 +24,6 @@ EOS_TOKEN = "<|endoftext|>"  # id 1
 
 def load_tokenizer(path: str | os.PathLike):
     """`transformers.AutoTokenizer` from a local directory, never from the network."""
-    from transformers import AutoTokenizer
-
     path = Path(path)
     if not (path / "tokenizer.json").exists() and not (path / "tokenizer_config.json").exists():
         raise FileNotFoundError(
@@ -32,10 +31,29 @@ def load_tokenizer(path: str | os.PathLike):
             "Hugging Face checkpoint directory that includes its tokenizer files (for the tiny "
             f"models, copy them from {TINY_TOKENIZER_DIR})."
         )
-    tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    tokenizer = _tokenizer_class(path).from_pretrained(str(path), local_files_only=True)
     if tokenizer.pad_token_id is None:  # Llama 3 ships without a pad token
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+# What tokenizer_config.json calls the plain `tokenizers` backend (transformers 5, and 4).
+_FAST_BACKEND = ("TokenizersBackend", "PreTrainedTokenizerFast")
+
+
+def _tokenizer_class(path: Path):
+    """`AutoTokenizer`, or the class it resolves to when tokenizer_config.json names the plain
+    `tokenizers` backend (the tiny tokenizer's): importing that class alone leaves PyTorch
+    unimported, ~5 s less in every process that needs no more of transformers (the tiny
+    runs' child processes)."""
+    config = path / "tokenizer_config.json"
+    if config.exists() and json.loads(config.read_text()).get("tokenizer_class") in _FAST_BACKEND:
+        from transformers import PreTrainedTokenizerFast
+
+        return PreTrainedTokenizerFast
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer
 
 
 def train_tiny_tokenizer(corpus: Iterable[str], vocab_size: int = 512):

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 import transformers
 
 from tango_jax.models import from_pretrained, presets
 from tango_jax.models.tiny import write_tiny_checkpoint
-from tango_jax.models.tokenizer import TINY_TOKENIZER_DIR, load_tokenizer, tiny_tokenizer
+from tango_jax.models.tokenizer import (
+    TINY_TOKENIZER_DIR,
+    _tokenizer_class,
+    load_tokenizer,
+    tiny_tokenizer,
+)
 
 
 def test_tiny_tokenizer_fits_the_tiny_presets():
@@ -47,3 +56,30 @@ def test_missing_tokenizer_names_the_directory(tmp_path):
     with pytest.raises(FileNotFoundError, match=str(tmp_path)):
         load_tokenizer(tmp_path)
     assert TINY_TOKENIZER_DIR.exists()
+
+
+@pytest.mark.parametrize("which", ["tiny", "smollm2"])
+def test_the_tokenizers_backend_loads_as_autotokenizer_would(which, request, tmp_path):
+    """tokenizer_config.json naming the plain `tokenizers` backend (the tiny tokenizer's, and
+    SmolLM2's as converted): load_tokenizer's tokenizer is AutoTokenizer's, class, ids, special
+    tokens and chat template; another class name goes through AutoTokenizer."""
+    path = TINY_TOKENIZER_DIR if which == "tiny" else request.getfixturevalue("smollm2_dir")
+    ours = load_tokenizer(path)
+    auto = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    assert type(ours) is type(auto) and len(ours) == len(auto)
+    text = "<step>12 + 345 = 357</step> \\boxed{CORRECT} é 漢字"
+    assert ours(text)["input_ids"] == auto(text)["input_ids"]
+    assert ours.special_tokens_map == auto.special_tokens_map
+    assert ours.chat_template == auto.chat_template
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "GPT2Tokenizer"}))
+    assert _tokenizer_class(other) is transformers.AutoTokenizer
+
+
+def test_the_tiny_tokenizer_loads_without_pytorch():
+    """A tiny run's child process needs no PyTorch to tokenize (~5 s of imports less)."""
+    code = "import sys; from tango_jax.models import tokenizer; tokenizer.tiny_tokenizer(); "
+    code += "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.split("\n")[-2:] == ["['transformers']", ""], done.stderr[-2000:]
