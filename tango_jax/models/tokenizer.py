@@ -1,7 +1,7 @@
 """Tokenizers: loading from local checkpoint directories, and the project's tiny tokenizer.
 
-Every tokenizer loads from a local directory with `transformers.AutoTokenizer` (offline), so the
-tiny models are ordinary HF checkpoints that vLLM serves like any other.
+Every tokenizer loads from a local directory as `transformers.AutoTokenizer` loads it (offline), so
+the tiny models are ordinary HF checkpoints that vLLM serves like any other.
 
 The tiny tokenizer is a byte-level BPE (the scheme of Qwen2 and Llama 3: any UTF-8 text is
 encodable, nothing is ever unknown) with digits split one per token (as Qwen2 does, which
@@ -23,7 +23,8 @@ EOS_TOKEN = "<|endoftext|>"  # id 1
 
 
 def load_tokenizer(path: str | os.PathLike):
-    """`transformers.AutoTokenizer` from a local directory, never from the network."""
+    """The tokenizer `transformers.AutoTokenizer` loads from a local directory, never from the
+    network (`_tokenizer_class`)."""
     path = Path(path)
     if not (path / "tokenizer.json").exists() and not (path / "tokenizer_config.json").exists():
         raise FileNotFoundError(
