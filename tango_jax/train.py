@@ -145,11 +145,12 @@ def main(argv: list[str]) -> None:
 def _ranking_lines(cfg: RunConfig) -> list[str]:
     """Claim 1 without the threshold: how well the verifier's step scores single out the first
     error before and after RL (`step_probe`, teacher-forced in PyTorch), on the run's own
-    miniature-ProcessBench items. Empty when the run has no final verifier checkpoint, or
-    when PyTorch or a tokenizer with single-token judgment words is missing (said in a line)."""
+    miniature-ProcessBench items. Empty when the run has no final verifier checkpoint or
+    `eval.step_ranking` is off, and when PyTorch or a tokenizer with single-token judgment words
+    is missing (said in a line)."""
     from tango_jax.eval import step_probe
 
-    if not cfg.verifier.enable:
+    if not (cfg.verifier.enable and cfg.eval.step_ranking):
         return []
     final = Path(cfg.run_dir) / "hf" / "verifier"
     start = step_probe.start_verifier(cfg.run_dir, cfg.verifier.model.path)

@@ -92,6 +92,11 @@ class EvalConfig:
     # Synthetic task: the verifier's ProcessBench-style step F1 on this many held-out solutions
     # with a known first wrong step (half correct); 0 disables.
     process_bench_size: int = 128
+    # At the end of a run on a task with step truth: the verifier's step ranking before and
+    # after RL (tango_jax/eval/step_probe.py), teacher-forced in PyTorch, float32, on the CPU,
+    # which loads the start and the final verifier in turn; off for a verifier too large for
+    # that, or for a run without PyTorch.
+    step_ranking: bool = True
 
     def __post_init__(self):
         check_fields(

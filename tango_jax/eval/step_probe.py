@@ -61,13 +61,13 @@ def load(checkpoint: str):
 
     hf_logging.disable_progress_bar()  # one "Loading weights" bar per checkpoint otherwise
     tok = AutoTokenizer.from_pretrained(checkpoint)
-    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
     ids = tuple(tok.convert_tokens_to_ids(w) for w in ("{", "CORRECT", "INCORRECT"))
-    if tok.unk_token_id in ids or ids[1] == ids[2]:
+    if tok.unk_token_id in ids or ids[1] == ids[2]:  # refused before the model is loaded
         raise ValueError(
             f"{checkpoint}: this probe needs single tokens for '{{', CORRECT and INCORRECT "
             "(the project's tiny tokenizer); this tokenizer splits them."
         )
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
     return model, tok, ids
 
 

@@ -96,6 +96,7 @@ def test_make_tiny_sft_runs_its_three_phases_and_writes_the_checkpoints(tmp_path
         "eval.process_bench_size=4",
         "generator.eval_max_tokens=8",
         "verifier.eval_max_tokens=8",
+        "eval.step_ranking=False",  # tests/e2e/test_loop.py's short runs: not the script's
     ]
     cmd = [sys.executable, str(ROOT / "scripts" / "assets" / "make_tiny_sft.py")]
     cmd += ["--work", str(work), "--out", str(out), *(f"--set={o}" for o in small)]
@@ -205,7 +206,8 @@ def test_ranking_probes_each_runs_start_and_final_verifier(tmp_path):
 def test_the_train_commands_final_lines_rank_the_steps_before_and_after_rl(tmp_path):
     """`tango_jax.train`'s ranking lines probe the run's start verifier (here the configured
     shipped one) and its final export (here the shipped generator) on the run's items; with no
-    final export they are absent, and a tokenizer that splits the judgment words is said."""
+    final export, or with eval.step_ranking off, they are absent (a tokenizer that splits the
+    judgment words: tests/eval/test_step_probe.py)."""
     import shutil
 
     from tango_jax import train
@@ -223,6 +225,8 @@ def test_the_train_commands_final_lines_rank_the_steps_before_and_after_rl(tmp_p
     shutil.copytree(assets / "generator", tmp_path / "run" / "hf" / "verifier")
     lines = train._ranking_lines(cfg)
     assert [line.split(":")[0] for line in lines] == ["before RL", "after RL"]
+    off = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, step_ranking=False))
+    assert train._ranking_lines(off) == []  # eval.step_ranking=False: not probed
     solutions = synthetic_labels.process_bench(cfg.data.arith, 16, seed=cfg.data.seed)
     final = tmp_path / "run" / "hf" / "verifier"
     for line, ckpt, shown in zip(

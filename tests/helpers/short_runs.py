@@ -54,6 +54,10 @@ def short_config(
     # 16 miniature-ProcessBench items instead of 128: each evaluation verifies them all (12 of
     # its 13 s on the loaded machine), and no test here reads more than that they are verified.
     c.eval.process_bench_size = 16
+    # No step-ranking probe at a child run's end (PyTorch and transformers imported, two
+    # verifiers loaded: ~4 s a run); tests/parallel/test_distributed.py's 1-process run keeps
+    # it and finds its lines, tests/e2e/test_study.py checks their numbers.
+    c.eval.step_ranking = False
     trains_verifier = c.verifier.enable and c.verifier.trainable
     c.schedule.total_steps = total_steps
     c.schedule.verifier_warmup_steps = 1 if trains_verifier else 0

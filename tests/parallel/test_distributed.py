@@ -284,7 +284,8 @@ def test_the_train_command_in_two_processes_matches_one_and_resumes_across(tmp_p
     state, data position included, is the same in every layout, and this resume reads it.)"""
     one, two, one_in_two = tmp_path / "one", tmp_path / "two", tmp_path / "one_in_two"
     # The resume starts as soon as the 1-process run has finished, beside the 2-process run.
-    started = {one: _train(one, 1), two: _train(two, 2)}
+    # The 1-process run ends with the step-ranking probe (off in the other short runs).
+    started = {one: _train(one, 1, "--config.eval.step_ranking=True"), two: _train(two, 2)}
     try:
         _wait(started[one], _logs(one, 1))
         _crashed_after_step_1(one, one_in_two)
@@ -299,6 +300,11 @@ def test_the_train_command_in_two_processes_matches_one_and_resumes_across(tmp_p
     rows = read_metrics(one)
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert [r["phase"] for r in rows] == ["generator", "verifier", "generator"]
+    ranking = [line for line in _logs(one, 1)[0].read_text().splitlines() if "step ranking" in line]
+    assert [line.split("ranking: ")[1].split(":")[0] for line in ranking] == [
+        "before RL",
+        "after RL",
+    ]
     assert "eval/generator/accuracy" in rows[2] and "eval/verifier/step_f1" in rows[2]
     assert len({r.get("generator/train/loss") for r in rows[::2]}) == 2  # the model moves
     _assert_same_rows(rows, read_metrics(two))
