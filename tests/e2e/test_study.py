@@ -96,7 +96,7 @@ def test_make_tiny_sft_runs_its_three_phases_and_writes_the_checkpoints(tmp_path
         "eval.process_bench_size=4",
         "generator.eval_max_tokens=8",
         "verifier.eval_max_tokens=8",
-        "eval.step_ranking=False",  # tests/e2e/test_loop.py's short runs: not the script's
+        "eval.step_ranking=False",  # as in the suite's other short runs (helpers/short_runs.py)
     ]
     cmd = [sys.executable, str(ROOT / "scripts" / "assets" / "make_tiny_sft.py")]
     cmd += ["--work", str(work), "--out", str(out), *(f"--set={o}" for o in small)]
