@@ -95,7 +95,7 @@ class EvalConfig:
     # At the end of a run on a task with step truth: the verifier's step ranking before and
     # after RL (tango_jax/eval/step_probe.py), teacher-forced in PyTorch, float32, on the CPU,
     # which loads the start and the final verifier in turn; off for a verifier too large for
-    # that, or for a run without PyTorch.
+    # that (without PyTorch the run says "not measured" on its own).
     step_ranking: bool = True
 
     def __post_init__(self):
