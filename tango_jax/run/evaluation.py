@@ -35,7 +35,7 @@ def evaluate(
     sampled_seed: int | None = None,
     sampled_n: int = 1,
     process_items: Sequence[ProcessItem] = (),
-    kind: RewardKind = RewardKind.MATH,
+    kind: RewardKind,
     bucket: Callable[[Problem], str | None] | None = None,
     split: formats.StepSplit = formats.StepSplit.TAGS,
 ) -> dict[str, float]:
@@ -43,16 +43,21 @@ def evaluate(
     with `sampled_seed`, also `eval/generator/sampled_accuracy`: the mean over `sampled_n`
     samples per problem at the training temperature; with `process_items`, the verifier's
     ProcessBench-style scores on them (`eval/verifier/step_f1` and its two accuracies,
-    `process_bench.py`). `kind`: the outcome reward's check (the run's `data.reward_kind`);
-    with `bucket` (problem -> name), both accuracies per bucket too
-    (`eval/generator/accuracy/<name>`, `eval/generator/sampled_accuracy/<name>`). `split`:
-    where the solutions' steps are (`data.step_split`)."""
+    `process_bench.py`). `kind`: the outcome reward's check (the run's `data.reward_kind`,
+    CUSTOM with a reward function of its own), and `split`: where the solutions' steps are
+    (`data.step_split`); both passes score through the one `score` below. With `bucket`
+    (problem -> name), both accuracies per bucket too (`eval/generator/accuracy/<name>`,
+    `eval/generator/sampled_accuracy/<name>`)."""
+
+    def score(outs: Sequence[Sequence[Completion]]):  # the run's answer check, every pass
+        return feedback.score_solutions(
+            scorer, problems, outs, timeout_s=timeout_s, kind=kind, split=split
+        )
+
     prompts = generator_prompts(generator, problems, style)
     with timer("eval_generate"):
         outs = generator.generate(prompts, generator.eval_params())
-    solutions, reward_metrics = feedback.score_solutions(
-        scorer, problems, outs, timeout_s=timeout_s, kind=kind, split=split
-    )
+    solutions, reward_metrics = score(outs)
     metrics = {
         "eval/generator/accuracy": float(np.mean([s.correct for s in solutions])),
         "eval/generator/format_score": float(np.mean([s.format_score for s in solutions])),
@@ -93,7 +98,7 @@ def evaluate(
     if sampled_seed is not None:
         with timer("eval_generate"):
             sampled = generator.generate(prompts, generator.train_params(sampled_seed, n=sampled_n))
-        scored, _ = feedback.score_solutions(scorer, problems, sampled, timeout_s=timeout_s)
+        scored, _ = score(sampled)
         metrics["eval/generator/sampled_accuracy"] = float(np.mean([s.correct for s in scored]))
         if bucket is not None:
             metrics |= bucket_accuracy("eval/generator/sampled_accuracy", scored, bucket)

@@ -96,14 +96,14 @@ def score_solutions(
     completions: Sequence[Sequence[Completion]],
     *,
     timeout_s: float,
-    kind: rewards.RewardKind | None = None,
+    kind: rewards.RewardKind,
     split: formats.StepSplit = formats.StepSplit.TAGS,
 ) -> tuple[list[Solution], dict[str, float]]:
-    """Rule-based rewards of every completion (math-verify in the scoring pool; `kind` picks
-    an OOD benchmark's answer check, the run's own function, CUSTOM; None: the task's own,
-    `task_reward_kind`), and their steps (`split`: `data.step_split`). Flattened in
-    prompt-major order: solution i*n + j is sample j of problem i."""
-    kind = task_reward_kind(problems) if kind is None else kind
+    """Rule-based rewards of every completion (in the scoring pool), and their steps (`split`:
+    `data.step_split`). `kind` is the answer check and has no default, so that no pass can
+    fall back to another check than its run's: a run's `data.reward_kind` (CUSTOM for its own
+    reward function), an OOD benchmark's check, or a task's own (`task_reward_kind`).
+    Flattened in prompt-major order: solution i*n + j is sample j of problem i."""
     flat = [(p, c) for p, cs in zip(problems, completions) for c in cs]
     scored = scorer.score(
         [c.text for _, c in flat],

@@ -96,8 +96,13 @@ def generate_sft_records(
         for start in range(0, len(fits), batch_size):
             chunk = fits[start : start + batch_size]
             outs = teacher.generate([teacher.encode(t) for _, t in chunk], params)
+            chunk_problems = [p for p, _ in chunk]
             solutions, _ = feedback.score_solutions(
-                scorer, [p for p, _ in chunk], outs, timeout_s=timeout_s
+                scorer,
+                chunk_problems,
+                outs,
+                timeout_s=timeout_s,
+                kind=feedback.task_reward_kind(chunk_problems),
             )
             records = [
                 {

@@ -32,6 +32,7 @@ from tango_jax.run.steps import Purpose
 from tango_jax.schema import ConfigError
 from tango_jax.tango.kind import Kind
 from tango_jax.text import templates as T
+from tango_jax.text.answer_check import RewardKind
 from tango_jax.text.scoring_pool import OutcomeScorer
 from tango_jax.text.template_files import TemplateFiles, load_templates
 
@@ -233,7 +234,14 @@ def test_evaluation_prompts_with_the_users_eval_and_ood_templates(user_templates
     cfg = user_templates
     (gen, gen_rec), (ver, ver_rec) = _role(Kind.GENERATOR), _role(Kind.VERIFIER)
     metrics = evaluation.evaluate(
-        gen, ver, PROBLEMS, scorer, timeout_s=10.0, timer=PhaseTimer(), style=cfg.data.templates
+        gen,
+        ver,
+        PROBLEMS,
+        scorer,
+        timeout_s=10.0,
+        timer=PhaseTimer(),
+        style=cfg.data.templates,
+        kind=RewardKind.MATH,
     )
     assert metrics["eval/generator/accuracy"] == 1.0
     assert gen_rec.prompts == [f"USER generator eval: {p.question}" for p in PROBLEMS]
