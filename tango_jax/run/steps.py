@@ -5,8 +5,9 @@ rewards -> NV verifications of each rollout by the current verifier -> step rewa
 step-end tokens -> advantages (outcome ⊕ α·step) -> one update of the generator -> weight sync.
 
 Verifier step: 1 rollout per prompt from the current generator -> its rule-based correctness ->
-n verifications of each by the current verifier -> verifier rewards -> outcome advantages
-× class weights (EMA of correct/incorrect counts) -> one update of the verifier -> weight sync.
+n verifications of each by the current verifier -> verifier rewards -> outcome advantages ->
+one update of the verifier, whose per-sequence loss is multiplied by its class weight (EMA of
+correct/incorrect counts; `TrainBatch.sample_weights`, not the advantages) -> weight sync.
 
 Each step is two halves: `collect` (everything sampled and scored: rollouts, outcome rewards,
 the verifier's judgments) and the update (`generator_step` / `verifier_step`: advantages, one
