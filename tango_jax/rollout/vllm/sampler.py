@@ -293,7 +293,18 @@ class VLLMSampler:
             params,
             version=version,
             tolerance=SyncTolerance.for_dtype(self.config.sync.dtype),
+            probe_tokens=self._probe_tokens(replica),
         )
+
+    def _probe_tokens(self, replica: _Replica) -> int:
+        """The verification's cache probe: PROBE_TOKENS, or fewer when the server's context
+        is shorter (its max_model_len, else the model's positions) with 4 tokens to spare."""
+        from tango_jax.rollout.vllm.verify import PROBE_TOKENS
+
+        limit = self.model_config.max_position_embeddings
+        if replica.server is not None and replica.server.config.max_model_len:
+            limit = min(limit, replica.server.config.max_model_len)
+        return max(0, min(PROBE_TOKENS, limit - 4))
 
     def _ensure_current(self, replica: _Replica, restarts: list[int]) -> None:
         """Makes sure `replica` serves `weight_version` before a batch goes to it."""

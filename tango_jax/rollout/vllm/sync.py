@@ -10,7 +10,10 @@ One `WeightSync` per vLLM server. Per `sync(state, version)`:
                     the server's update routes (`/start_weight_update`, `/update_weights`,
                     `/finish_weight_update`); the workers load them with `load_weights`;
   version           `/update_weight_version` records `version` in the server, so it can be
-                    checked later (`VLLMClient.weight_version`).
+                    checked later (`VLLMClient.weight_version`);
+  cache             `/reset_prefix_cache` drops the KV that vLLM's automatic prefix caching
+                    kept from the old weights (on by default; without the reset a prompt that
+                    shares a full block with an earlier one is served partly from them).
 
 Backends (the server must run with the same one in `--weight-transfer-config`):
   gloo  tango_jax's CPU engine (`vllm.gloo`), torch.distributed gloo over TCP. Used on
@@ -105,12 +108,12 @@ class WeightSync:
         seconds of each phase: init_s (transfer-group setup, first sync only), gather_s
         (device -> host/GPU gathers), convert_s (HF layout, dtype cast, bucket packing),
         transfer_s (time blocked on the wire), load_s (the slowest vLLM worker's time in
-        `load_weights`; gloo only, NCCL overlaps loading with the transfer), total_s, and
-        gbps = bytes / total_s / 1e9.
+        `load_weights`; gloo only, NCCL overlaps loading with the transfer), total_s,
+        gbps = bytes / total_s / 1e9, and reset_cache_s (the prefix-cache reset after it).
         """
         require_vllm("weight sync")
         t_start = time.perf_counter()
-        init_s = 0.0
+        init_s = reset_s = 0.0
         try:
             if self._engine is None:
                 self._connect()
@@ -124,6 +127,9 @@ class WeightSync:
             send_s = time.perf_counter() - t_send
             if self._is_sender():
                 self.client.update_weight_version(str(version))
+                t_reset = time.perf_counter()
+                self.client.reset_prefix_cache()  # no KV of the old weights is served again
+                reset_s = time.perf_counter() - t_reset
         except Exception as e:
             self.reset()
             raise WeightSyncError(
@@ -131,7 +137,8 @@ class WeightSync:
                 f"({self.config.backend.value}) failed: {e}. The transfer group was dropped; "
                 "the next sync re-initialises it."
             ) from e
-        return self._metrics(version, init_s, send_s, time.perf_counter() - t_start)
+        metrics = self._metrics(version, init_s, send_s, time.perf_counter() - t_start)
+        return metrics | {"weight_sync/reset_cache_s": reset_s}
 
     def _metrics(self, version: int, init_s: float, send_s: float, total_s: float):
         source, stats = self._source, dict(getattr(self._engine, "last_stats", {}))

