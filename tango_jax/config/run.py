@@ -33,7 +33,7 @@ from tango_jax.metrics.rollouts import RolloutLogConfig
 from tango_jax.metrics.wandb import WandbConfig
 from tango_jax.parallel.distributed import DistributedConfig
 from tango_jax.parallel.mesh import MeshConfig
-from tango_jax.rl.advantages import AdvantageEstimator, AdvantageScaling
+from tango_jax.rl.advantages import AdvantageEstimator, AdvantageOptions, AdvantageScaling
 from tango_jax.schema import (
     ConfigError,
     Rule,
@@ -121,6 +121,17 @@ class AlgorithmConfig:
                     "REINFORCE++ by the batch std): set it to group or the estimator to grpo.",
                 )
             },
+        )
+
+    @property
+    def advantage_options(self) -> AdvantageOptions:
+        """The estimator and its options, as the advantage functions take them."""
+        return AdvantageOptions(
+            estimator=self.estimator,
+            eps=self.eps,
+            scaling=self.advantage_scaling,
+            reinforce_pp_baseline=self.reinforce_pp_baseline,
+            rloo_step_scale=self.rloo_step_scale,
         )
 
 

@@ -11,8 +11,8 @@ What each function returns, and why:
   token, so `broadcast_to_tokens` is all the trainer needs.
 * REINFORCE++ whitens over all valid *tokens* of the batch (a long response weighs more in the
   batch mean), so it needs the response mask and returns `[B, T]`.
-* `outcome_advantages(estimator, ...)` looks the estimator up in `OUTCOME_ESTIMATORS` and always
-  returns `[B, T]`.
+* `outcome_advantages(rewards, mask, group_size, options)` runs the estimator an
+  `AdvantageOptions` names, with the options it uses, and always returns `[B, T]`.
 
 All array functions are jittable (`group_size` and `eps` are static Python values) and return
 float32; the trainer calls them once per step on small arrays. γ = 1 throughout (the official
@@ -26,9 +26,9 @@ Official code: `verl/trainer/ppo/core_algos.py` of github.com/kaiwenzha/RL-Tango
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
-from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -183,7 +183,7 @@ def reinforce_pp_outcome_advantages(
 
 
 # ----------------------------------------------------------------------------------------------
-# One table: estimator -> outcome advantage on tokens.
+# The estimator and its options -> outcome advantage on tokens.
 
 
 class AdvantageEstimator(enum.Enum):
@@ -192,43 +192,37 @@ class AdvantageEstimator(enum.Enum):
     REINFORCE_PP = "reinforce_plus_plus"
 
 
-# Each entry: (rewards_B, response_mask_BxT, group_size, eps, reinforce_pp_baseline, scaling)
-# -> [B, T].
-OUTCOME_ESTIMATORS: dict[AdvantageEstimator, Callable[..., jax.Array]] = {
-    AdvantageEstimator.GRPO: lambda r, mask, g, eps, _baseline, scaling: broadcast_to_tokens(
-        grpo_outcome_advantages(r, g, eps, scaling), mask
-    ),
-    AdvantageEstimator.RLOO: lambda r, mask, g, _eps, _baseline, _scaling: broadcast_to_tokens(
-        rloo_outcome_advantages(r, g), mask
-    ),
-    AdvantageEstimator.REINFORCE_PP: lambda r, mask, g, _eps, baseline, _scaling: (
-        reinforce_pp_outcome_advantages(r, mask, g if baseline else None)
-    ),
-}
+@dataclasses.dataclass(frozen=True)
+class AdvantageOptions:
+    """How advantages are estimated: the estimator and its options, built once from the run's
+    `algorithm` config (`AlgorithmConfig.advantage_options`). Each estimator reads only its
+    own options: GRPO `eps` and `scaling`, REINFORCE++ `reinforce_pp_baseline`, and Tango's RLOO
+    step term `rloo_step_scale` (tango/process_advantages.py)."""
+
+    estimator: AdvantageEstimator = AdvantageEstimator.GRPO
+    eps: float = 1e-6  # GRPO's std floor
+    scaling: AdvantageScaling = AdvantageScaling.GROUP  # what GRPO divides r - mean by
+    reinforce_pp_baseline: bool = False  # subtract the group mean before the batch whitening
+    rloo_step_scale: float = 10.0  # the official x10 on RLOO's step advantage
+
+    def __post_init__(self):
+        object.__setattr__(self, "estimator", AdvantageEstimator(self.estimator))
+        object.__setattr__(self, "scaling", AdvantageScaling(self.scaling))
 
 
 def outcome_advantages(
-    estimator: AdvantageEstimator | str,
     rewards_B: jax.Array,
     response_mask_BxT: jax.Array,
     group_size: int,
-    *,
-    eps: float = 1e-6,
-    reinforce_pp_baseline: bool = False,
-    scaling: AdvantageScaling | str = AdvantageScaling.GROUP,
+    options: AdvantageOptions,
 ) -> jax.Array:
-    """The outcome advantage of `estimator` on every valid token: [B], [B, T] -> [B, T].
-
-    `eps` is GRPO's std floor and `scaling` what GRPO divides by; `reinforce_pp_baseline`
-    subtracts the group mean before REINFORCE++'s batch whitening (off in the official code).
-    Each estimator ignores the options that are not its own.
-    """
-    estimator = AdvantageEstimator(estimator)
-    return OUTCOME_ESTIMATORS[estimator](
-        rewards_B,
-        response_mask_BxT,
-        group_size,
-        eps,
-        reinforce_pp_baseline,
-        AdvantageScaling(scaling),
-    )
+    """The outcome advantage of `options.estimator` on every valid token: [B], [B, T] -> [B, T]."""
+    o = options
+    if o.estimator is AdvantageEstimator.GRPO:
+        a_B = grpo_outcome_advantages(rewards_B, group_size, o.eps, o.scaling)
+        return broadcast_to_tokens(a_B, response_mask_BxT)
+    if o.estimator is AdvantageEstimator.RLOO:
+        a_B = rloo_outcome_advantages(rewards_B, group_size)
+        return broadcast_to_tokens(a_B, response_mask_BxT)
+    baseline = group_size if o.reinforce_pp_baseline else None
+    return reinforce_pp_outcome_advantages(rewards_B, response_mask_BxT, baseline)

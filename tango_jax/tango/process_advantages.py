@@ -6,8 +6,8 @@ NV verifier samples per response. Groups are contiguous rows (as in `rl/advantag
 outside is ignored). Step advantages vary along the sequence and are `[B, T]`.
 
 The verifier's step judgments give step rewards ±1/K at step-end tokens (`[B, NV, T]`); each
-estimator turns them into a step advantage (`STEP_ESTIMATORS`, keyed by the same
-`AdvantageEstimator` as the outcome table), and `blended_advantages` weights and sums the
+estimator turns them into a step advantage (`step_advantages`, for the estimator an
+`AdvantageOptions` names, as the outcome advantage), and `blended_advantages` weights and sums the
 outcome and step terms with the weights of the α schedule (paper Eq. 7,
 `(1 - α)·A_out + α·A_step`). The α schedule runs on the host in plain Python.
 
@@ -24,14 +24,13 @@ import dataclasses
 import enum
 import functools
 import math
-from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 
 from tango_jax.rl.advantages import (
     AdvantageEstimator,
-    AdvantageScaling,
+    AdvantageOptions,
     check_groups,
     group_stats,
     masked_whiten,
@@ -130,19 +129,20 @@ def reinforce_pp_step_advantages(
     return masked_whiten(returns_BxT, response_mask_BxT)
 
 
-# Each entry: (step_rewards_BxNxT, step_mask_BxNxT, response_mask_BxT, group_size, eps,
-# rloo_step_scale) -> [B, T].
-STEP_ESTIMATORS: dict[AdvantageEstimator, Callable[..., jax.Array]] = {
-    AdvantageEstimator.GRPO: lambda r, sm, mask, g, eps, _scale: grpo_step_advantages(
-        r, sm, mask, g, eps
-    ),
-    AdvantageEstimator.RLOO: lambda r, sm, mask, g, _eps, scale: rloo_step_advantages(
-        r, sm, mask, g, scale
-    ),
-    AdvantageEstimator.REINFORCE_PP: lambda r, sm, mask, _g, _eps, _scale: (
-        reinforce_pp_step_advantages(r, sm, mask)
-    ),
-}
+def step_advantages(
+    step_rewards_BxNxT: jax.Array,
+    step_mask_BxNxT: jax.Array,
+    response_mask_BxT: jax.Array,
+    group_size: int,
+    options: AdvantageOptions,
+) -> jax.Array:
+    """The step advantage of `options.estimator`, with the options it uses. -> [B, T]."""
+    args = (step_rewards_BxNxT, step_mask_BxNxT, response_mask_BxT)
+    if options.estimator is AdvantageEstimator.GRPO:
+        return grpo_step_advantages(*args, group_size, options.eps)
+    if options.estimator is AdvantageEstimator.RLOO:
+        return rloo_step_advantages(*args, group_size, options.rloo_step_scale)
+    return reinforce_pp_step_advantages(*args)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -235,43 +235,26 @@ def combine_advantages(
 
 
 def blended_advantages(
-    estimator: AdvantageEstimator | str,
     rewards_B: jax.Array,
     response_mask_BxT: jax.Array,
     group_size: int,
+    options: AdvantageOptions,
     weights: tuple[float, float] = (1.0, 0.0),
     step_rewards_BxNxT: jax.Array | None = None,
     step_mask_BxNxT: jax.Array | None = None,
-    *,
-    eps: float = 1e-6,
-    rloo_step_scale: float = 10.0,
-    reinforce_pp_baseline: bool = False,
-    scaling: AdvantageScaling | str = AdvantageScaling.GROUP,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Outcome and step advantages of one estimator, weighted and summed. -> 3 x [B, T].
 
     Returns (A, w_out·A_out, w_step·A_step), the last two for metrics. `weights` comes from
     `AlphaSchedule.weights(t)`; without step rewards A_step is 0 and A = w_out·A_out.
-    `reinforce_pp_baseline` subtracts the group mean before REINFORCE++'s batch whitening (off
-    in the official code); `scaling` is GRPO's outcome scaling (the step term keeps its group
-    std).
+    `options.scaling` is GRPO's outcome scaling only (the step term keeps its group std).
     """
-    estimator = AdvantageEstimator(estimator)
-    mask = response_mask_BxT
-    a_out = outcome_advantages(
-        estimator,
-        rewards_B,
-        mask,
-        group_size,
-        eps=eps,
-        reinforce_pp_baseline=reinforce_pp_baseline,
-        scaling=scaling,
-    )
+    a_out = outcome_advantages(rewards_B, response_mask_BxT, group_size, options)
     if step_rewards_BxNxT is None:
         a_step = jnp.zeros_like(a_out)
     else:
-        a_step = STEP_ESTIMATORS[estimator](
-            step_rewards_BxNxT, step_mask_BxNxT, mask, group_size, eps, rloo_step_scale
+        a_step = step_advantages(
+            step_rewards_BxNxT, step_mask_BxNxT, response_mask_BxT, group_size, options
         )
     w_out, w_step = weights
     return combine_advantages(a_out, a_step, w_out, w_step), w_out * a_out, w_step * a_step

@@ -95,11 +95,12 @@ def test_bad_group_size_is_reported():
 
 @pytest.mark.parametrize("estimator", list(adv.AdvantageEstimator))
 @pytest.mark.parametrize("baseline", [False, True])
-def test_outcome_table_gives_each_estimator_on_tokens(estimator, baseline):
+def test_outcome_advantages_give_each_estimator_on_tokens(estimator, baseline):
     rng = np.random.default_rng(4)
     mask = response_masks(rng, 10, 8)
     rewards = rng.integers(0, 2, size=10).astype(np.float32)
-    got = adv.outcome_advantages(estimator, rewards, mask, 5, reinforce_pp_baseline=baseline)
+    options = adv.AdvantageOptions(estimator, reinforce_pp_baseline=baseline)
+    got = adv.outcome_advantages(rewards, mask, 5, options)
     expected = {
         adv.AdvantageEstimator.GRPO: ref.grpo_outcome(rewards, 5)[:, None] * mask,
         adv.AdvantageEstimator.RLOO: ref.rloo_outcome(rewards, 5)[:, None] * mask,

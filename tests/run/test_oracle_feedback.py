@@ -13,7 +13,7 @@ from tango_jax.config.run import StepSource, base_config, load_run_config
 from tango_jax.data import last_letter as ll
 from tango_jax.data.synthetic import Draws
 from tango_jax.models.tokenizer import tiny_tokenizer
-from tango_jax.rl.advantages import AdvantageEstimator
+from tango_jax.rl.advantages import AdvantageEstimator, AdvantageOptions
 from tango_jax.rollout.base import Completion, FinishReason
 from tango_jax.run.feedback import Judgment, Solution, process_metrics, step_reward_arrays
 from tango_jax.run.oracle_feedback import flipped, oracle_judged, oracle_judgments
@@ -139,10 +139,10 @@ def test_oracle_enters_the_verifier_path_exactly():
     for i, s in enumerate(sols):
         mask[i, : len(s.completion.token_ids)] = 1
     a, _, _ = blended_advantages(
-        AdvantageEstimator.GRPO,
         jnp.asarray(rewards),
         jnp.asarray(mask),
         4,
+        AdvantageOptions(AdvantageEstimator.GRPO),
         weights,
         jnp.asarray(r_o),
         jnp.asarray(m_o),

@@ -204,7 +204,8 @@ def test_blended_advantages_composes_the_pieces(estimator):
     mask = response_masks(rng, 10, 8, min_len=2)
     rewards = rng.integers(0, 2, size=10).astype(np.float32)
     r, sm = random_steps(rng, mask, 1)
-    a, a_out, a_step = pa.blended_advantages(estimator, rewards, mask, 5, (0.9, 0.1), r, sm)
+    options = adv.AdvantageOptions(estimator)
+    a, a_out, a_step = pa.blended_advantages(rewards, mask, 5, options, (0.9, 0.1), r, sm)
     outcome, step = {
         adv.AdvantageEstimator.GRPO: (
             ref.grpo_outcome(rewards, 5)[:, None] * mask,
@@ -223,9 +224,9 @@ def test_blended_advantages_composes_the_pieces(estimator):
     assert_close(a_step, 0.1 * step)
     assert_close(a, 0.9 * outcome + 0.1 * step)
     # Without step rewards (or with none in the batch): (1 - α)·A_out.
-    a_none, _, _ = pa.blended_advantages(estimator, rewards, mask, 5, (0.9, 0.1))
+    a_none, _, _ = pa.blended_advantages(rewards, mask, 5, options, (0.9, 0.1))
     a_zero, _, _ = pa.blended_advantages(
-        estimator, rewards, mask, 5, (0.9, 0.1), np.zeros_like(r), np.zeros_like(sm)
+        rewards, mask, 5, options, (0.9, 0.1), np.zeros_like(r), np.zeros_like(sm)
     )
     assert_close(a_none, 0.9 * outcome)
     assert_close(a_zero, 0.9 * outcome)
