@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tango_jax.rl.dynamic_sampling import Selection
-from tango_jax.run.feedback import Rollouts
+from tango_jax.run.feedback import RolloutRewards, Rollouts
 
 if TYPE_CHECKING:
     from tango_jax.data.datasets import Problem, PromptStream
@@ -56,8 +56,8 @@ class StepBatches:
 def merge_rounds(rounds: Sequence[Rollouts], selection: Selection) -> Rollouts:
     """The Rollouts of the selected groups, in selection order. A group is one problem with
     its solutions (k per problem: the generator's n, the verifier step's 1), their verifier
-    prompts and judgments; the step and phase are round 0's, the scorer's metrics cover every
-    round (means averaged, counts and seconds summed)."""
+    prompts, judgments and rewards; the step and phase are round 0's, the scorer's metrics
+    cover every round (means averaged, counts and seconds summed)."""
     first = rounds[0]
     k = len(first.solutions) // len(first.problems)
 
@@ -70,6 +70,15 @@ def merge_rounds(rounds: Sequence[Rollouts], selection: Selection) -> Rollouts:
             for x in getattr(rounds[r], field)[g * per_problem : (g + 1) * per_problem]
         ]
 
+    def take_rows(values: str) -> np.ndarray | None:  # the rewards' rows of each group
+        if first.rewards is None or getattr(first.rewards, values) is None:
+            return None
+        by_group = [getattr(r.rewards, values).reshape(len(r.problems), -1) for r in rounds]
+        return np.concatenate([by_group[r][g] for r, g in selection.groups])
+
+    rewards = None
+    if first.rewards is not None:
+        rewards = RolloutRewards(take_rows("values"), take_rows("penalty"))
     return dataclasses.replace(
         first,
         problems=take("problems", 1),
@@ -78,6 +87,7 @@ def merge_rounds(rounds: Sequence[Rollouts], selection: Selection) -> Rollouts:
         reward_metrics=_merged_reward_metrics([r.reward_metrics for r in rounds]),
         ver_prompts=take("ver_prompts", k),
         judged=take("judged", k),
+        rewards=rewards,
     )
 
 

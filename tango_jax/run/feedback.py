@@ -69,6 +69,20 @@ class Judgment:
 
 
 @dataclasses.dataclass(frozen=True)
+class RolloutRewards:
+    """The sequence rewards an update's advantages start from, one per trained row
+    (`update_batch.rollout_rewards`): the generator's token score of each solution (G step) or
+    the verifier's reward of each judgment (V step), DAPO's soft overlong penalty included."""
+
+    values: np.ndarray  # float32 [rows]
+    penalty: np.ndarray | None  # float32 [rows], the overlong penalty in `values`; None: no buffer
+
+    def by_group(self, groups: int) -> np.ndarray:
+        """[groups, rows per group]: each prompt's n solutions (G) or solution's n judgments (V)."""
+        return self.values.reshape(groups, -1)
+
+
+@dataclasses.dataclass(frozen=True)
 class Rollouts:
     """Everything one global step samples and scores before its update (`collect`).
 
@@ -88,6 +102,7 @@ class Rollouts:
     judged: list[list[Judgment]] | None  # [S][n]
     # dynamic sampling's per-step metrics, without the role's prefix (run/dynamic_sampling.py)
     sampling: dict[str, float] = dataclasses.field(default_factory=dict)
+    rewards: RolloutRewards | None = None  # what the update starts from; set by `collect`
 
 
 def score_solutions(

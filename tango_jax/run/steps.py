@@ -26,26 +26,22 @@ import enum
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-import jax.numpy as jnp
 import numpy as np
 
 from tango_jax.config.run import RunConfig, StepSource
 from tango_jax.data.datasets import Problem
 from tango_jax.metrics.rollouts import RolloutLog
 from tango_jax.metrics.writer import PhaseTimer
-from tango_jax.rl.advantages import outcome_advantages
-from tango_jax.rl.batch import TrainBatch, make_batch
+from tango_jax.rl.batch import TrainBatch
 from tango_jax.rl.dynamic_sampling import enough, select_groups, zero_variance
-from tango_jax.rl.overlong import overlong_penalty
-from tango_jax.rollout.base import FinishReason, Prompt
+from tango_jax.rollout.base import Prompt
 from tango_jax.rollout.drift import logprob_drift
-from tango_jax.run import feedback, oracle_feedback, rollout_rows
+from tango_jax.run import feedback, oracle_feedback, rollout_rows, step_metrics, update_batch
 from tango_jax.run.dynamic_sampling import merge_rounds, sampling_metrics
 from tango_jax.run.feedback import Rollouts
 from tango_jax.run.roles import Role
-from tango_jax.tango.class_balance import ClassBalanceState, class_weights, update_class_balance
+from tango_jax.tango.class_balance import ClassBalanceState
 from tango_jax.tango.kind import Kind
-from tango_jax.tango.process_advantages import AlphaScheduleKind, blended_advantages
 from tango_jax.tango.rewards import OutcomeScorer
 from tango_jax.tango.schedule import Phase
 from tango_jax.text import templates
@@ -85,22 +81,8 @@ def _rollout_log_due(ctx: StepContext, step: int) -> RolloutLog | None:
     return log if log is not None and log.due(step) else None
 
 
-def _mean(xs) -> float:
-    xs = list(xs)
-    return float(np.mean(xs)) if xs else 0.0
-
-
 def _generated_tokens(completions) -> int:
     return sum(len(c.token_ids) for c in completions)
-
-
-def _rollout_metrics(prefix: str, completions) -> dict[str, float]:
-    lengths = [len(c.token_ids) for c in completions]
-    return {
-        f"{prefix}/response_len/mean": _mean(lengths),
-        f"{prefix}/response_len/max": float(max(lengths, default=0)),
-        f"{prefix}/clip_frac": _mean(c.finish_reason.value == "length" for c in completions),
-    }
 
 
 def _sample_and_score(
@@ -193,9 +175,17 @@ def collect(
     run/dynamic_sampling.StepBatches.extra) until the batch holds len(problems) groups that are
     not, or `dynamic_sampling_max_rounds` rounds were sampled (rl/dynamic_sampling.py). The
     share of equal-reward groups and the rounds are in `Rollouts.sampling` either way."""
-    at = dict(global_step=global_step, phase=phase, timer=timer)
-    rounds = [_collect_round(ctx, problems, round_index=0, **at)]
-    zero_var = [zero_variance(_group_rewards(ctx, rounds[0]))]
+
+    def sample(batch: Sequence[Problem], round_index: int) -> Rollouts:
+        return _collect_round(
+            ctx, batch, global_step=global_step, phase=phase, timer=timer, round_index=round_index
+        )
+
+    def groups_without_signal(r: Rollouts) -> np.ndarray:
+        return zero_variance(r.rewards.by_group(len(r.problems)))
+
+    rounds = [sample(problems, 0)]
+    zero_var = [groups_without_signal(rounds[0])]
     role = ctx.generator if phase.kind is Kind.GENERATOR else ctx.verifier
     rollout = role.config.rollout
     if not rollout.dynamic_sampling:
@@ -206,9 +196,8 @@ def collect(
         )
     target = len(problems)
     while not enough(zero_var, target) and len(rounds) < rollout.dynamic_sampling_max_rounds:
-        r = len(rounds)
-        rounds.append(_collect_round(ctx, more(r), round_index=r, **at))
-        zero_var.append(zero_variance(_group_rewards(ctx, rounds[-1])))
+        rounds.append(sample(more(len(rounds)), len(rounds)))
+        zero_var.append(groups_without_signal(rounds[-1]))
     selection = select_groups(zero_var, target)
     return dataclasses.replace(
         merge_rounds(rounds, selection), sampling=sampling_metrics(zero_var, selection)
@@ -253,33 +242,12 @@ def _collect_round(
         )
         n = ctx.verifier.config.rollout.n
         ver_prompts, judged = _judge(ctx, solutions, n, Purpose.VERIFICATIONS, **at)
-    return Rollouts(
+    rollouts = Rollouts(
         global_step, phase, problems, prompts, solutions, reward_metrics, ver_prompts, judged
     )
-
-
-def _group_rewards(ctx: StepContext, rollouts: Rollouts) -> np.ndarray:
-    """The rewards the update's advantages start from, one row per group ([G, n]): the
-    generator's token scores of each prompt's n solutions (`generator_step`), the verifier's
-    rewards of each solution's n judgments (`verifier_step`), with the soft overlong penalty
-    where set. Step rewards are not part of it (DAPO's criterion is the sequence reward)."""
-    if rollouts.phase.kind is Kind.GENERATOR:
-        gen = ctx.generator
-        rewards = _generator_rewards(rollouts.solutions, rollouts.judged, ctx.cfg.algorithm)
-        completions = [s.completion for s in rollouts.solutions]
-        rewards, _ = _with_overlong_penalty(gen, rewards, completions)
-        return rewards.reshape(-1, gen.config.rollout.n)
-    flat = [j for row in rollouts.judged for j in row]
-    rewards = np.asarray([j.reward for j in flat], np.float32)
-    rewards, _ = _with_overlong_penalty(ctx.verifier, rewards, [j.completion for j in flat])
-    return rewards.reshape(-1, ctx.verifier.config.rollout.n)
-
-
-def _lag(role: Role, completions) -> float:
-    """Updates `role` has had since the oldest weights that produced `completions` (0: sampled
-    by the weights being trained; 1: one update behind, the overlapped case)."""
-    versions = [c.weight_version for c in completions]
-    return float(role.version - min(versions)) if versions else 0.0
+    role = ctx.generator if phase.kind is Kind.GENERATOR else ctx.verifier
+    rewards = update_batch.rollout_rewards(role, ctx.cfg.algorithm, rollouts)
+    return dataclasses.replace(rollouts, rewards=rewards)
 
 
 def _train(
@@ -314,25 +282,11 @@ def _side_drift(
     """Drift of a rollout batch that is not trained on (cfg.drift_all_batches)."""
     if not ctx.cfg.drift_all_batches or role is None or role.trainer is None:
         return {}
-    batch = _batch(role, prompts, completions)
+    batch = update_batch.train_rows(role, prompts, completions)
     with timer("drift"):
         logp = role.trainer.logprobs(batch)
     drift = logprob_drift(batch.sampler_logprobs, logp, batch.response_mask)
     return {f"{role.name}/untrained/{k}": float(v) for k, v in drift.items()}
-
-
-def _batch(role: Role, prompts, completions, **kw) -> TrainBatch:
-    """Rows (prompt i, completion i) padded into the role's train-batch buckets."""
-    return make_batch(
-        [p.token_ids for p in prompts],
-        [c.token_ids for c in completions],
-        sampler_logprobs=[c.logprobs for c in completions],
-        truncated=[c.finish_reason is FinishReason.LENGTH for c in completions],
-        pad_id=role.model.config.pad_token_id or 0,
-        prompt_bucket=role.config.sampler.prompt_bucket,
-        response_bucket=role.config.response_bucket,
-        **kw,
-    )
 
 
 def generator_step(
@@ -343,137 +297,30 @@ def generator_step(
     timer: PhaseTimer,
     during_update: Prefetch | None = None,
 ) -> dict[str, float]:
-    """One generator update on `rollouts` (from `collect`). `update_index`: generator updates
-    done before this one, minus the generator warm-up steps (sets α); `during_update`: the next
-    step's collection, run beside this update (see `_train`)."""
-    cfg, gen, ver = ctx.cfg, ctx.generator, ctx.verifier
-    alg = cfg.algorithm
-    n = gen.config.rollout.n
-    warmup = rollouts.phase.warmup
-    prompts, solutions, judged = rollouts.prompts, rollouts.solutions, rollouts.judged
-    completions = [s.completion for s in solutions]
-    metrics = {f"generator/{k}": v for k, v in rollouts.reward_metrics.items()}
-    metrics |= {f"generator/{k}": v for k, v in rollouts.sampling.items()}
-    metrics["generator/policy_lag"] = _lag(gen, completions)
-    if judged is not None and ver is not None:  # verifier feedback (not the oracle's)
-        nv = alg.verifications_per_response
-        verdicts = [row[0].verification.verdict for row in judged]
-        feedback_completions = [j.completion for row in judged for j in row]
-        metrics["generator/feedback/verifier_lag"] = _lag(ver, feedback_completions)
-        metrics |= _side_drift(
-            ctx,
-            ver,
-            [p for p in rollouts.ver_prompts for _ in range(nv)],
-            feedback_completions,
-            timer,
-        )
-        metrics |= {
-            f"generator/feedback/{k}": v
-            for k, v in feedback.verdict_metrics([s.correct for s in solutions], verdicts).items()
-        }
-    if judged is not None:
-        metrics |= {
-            f"generator/feedback/{k}": v
-            for k, v in feedback.process_metrics(solutions, judged).items()
-        }
-    rewards_b = _generator_rewards(solutions, judged, alg)
-    rewards_b, overlong = _with_overlong_penalty(gen, rewards_b, completions)
-    metrics |= overlong
-    batch = _batch(gen, [p for p in prompts for _ in range(n)], completions)
-    # The α blend applies when this run has a step term (TANGO_SPEC §2.3): then (1-α) scales
-    # A_out even in a batch where no step reward aligned (§11). A run without one (no
-    # verifier, step_rewards off, generator warm-up) uses the unscaled outcome advantage, as
-    # the official code does.
-    has_step_term = judged is not None and alg.step_rewards
-    weights = alg.alpha.weights(update_index) if has_step_term else (1.0, 0.0)
-    step_r = step_m = None
-    if has_step_term:
-        step_r, step_m, step_stats = feedback.step_reward_arrays(
-            solutions, judged, gen.tokenizer, batch.response_mask.shape[1]
-        )
-        metrics |= {f"generator/{k}": v for k, v in step_stats.items()}
-    a, a_out, a_step = blended_advantages(
-        alg.estimator,
-        jnp.asarray(rewards_b),
-        jnp.asarray(batch.response_mask),
-        n,
-        weights,
-        None if step_r is None else jnp.asarray(step_r),
-        None if step_m is None else jnp.asarray(step_m),
-        eps=alg.eps,
-        rloo_step_scale=alg.rloo_step_scale,
-        reinforce_pp_baseline=alg.reinforce_pp_baseline,
-        scaling=alg.advantage_scaling,
-    )
-    batch = dataclasses.replace(batch, advantages=np.asarray(a, np.float32))
+    """One generator update on `rollouts` (from `collect`, with their rewards): advantages ->
+    batch -> update -> sync. `update_index`: generator updates done before this one, minus the
+    generator warm-up steps (sets α); `during_update`: the next step's collection, run beside
+    this update (see `_train`)."""
+    gen, ver, rewards = ctx.generator, ctx.verifier, rollouts.rewards
+    update = update_batch.generator_update(gen, ctx.cfg.algorithm, rollouts, rewards, update_index)
     if log := _rollout_log_due(ctx, rollouts.step):
         rows = rollout_rows.generator_rows(
             rollouts,
-            rewards_b,
-            batch.advantages,
+            rewards.values,
+            update.batch.advantages,
             gen.tokenizer,
-            group=n,
-            with_step_advantages=has_step_term,
+            group=gen.config.rollout.n,
+            with_step_advantages=update.has_step_term,
             max_rows=log.max_rows,
         )
         log.write(rollouts.step, rows, phase=rollout_rows.phase_name(rollouts))
-    metrics |= _train(gen, batch, timer, during_update)
-    mask = batch.response_mask > 0
-    metrics |= {
-        "generator/reward/mean": float(rewards_b.mean()),
-        "generator/accuracy": _mean(s.correct for s in solutions),
-        "generator/format_score": _mean(s.format_score for s in solutions),
-        "generator/num_steps/mean": _mean(len(s.steps) for s in solutions),
-        "generator/alpha": weights[1]
-        if has_step_term and alg.alpha.kind is not AlphaScheduleKind.NONE
-        else 0.0,
-        "generator/adv/outcome_abs": float(np.abs(np.asarray(a_out))[mask].mean()),
-        "generator/adv/step_abs": float(np.abs(np.asarray(a_step))[mask].mean()),
-        "generator/warmup": float(warmup),
-        "generator/zero_var_groups": _zero_var_share(rewards_b, n),
-    } | _rollout_metrics("generator", completions)
-    return metrics
-
-
-def _with_overlong_penalty(
-    role: Role, rewards: np.ndarray, completions
-) -> tuple[np.ndarray, dict[str, float]]:
-    """`rewards` plus DAPO's soft overlong penalty where the role's rollout sets a buffer (else
-    unchanged), and its mean as a metric."""
-    rollout = role.config.rollout
-    if not rollout.overlong_buffer:
-        return rewards, {}
-    penalty = overlong_penalty(
-        [len(c.token_ids) for c in completions],
-        rollout.max_tokens,
-        rollout.overlong_buffer,
-        rollout.overlong_penalty,
-    )
-    return rewards + penalty, {f"{role.name}/overlong_penalty/mean": float(penalty.mean())}
-
-
-def _zero_var_share(rewards_b: np.ndarray, group_size: int) -> float:
-    """Share of groups whose rewards are all equal (zero advantage: no learning signal)."""
-    groups = np.asarray(rewards_b, np.float64).reshape(-1, group_size)
-    return float(np.mean(groups.max(axis=1) - groups.min(axis=1) < 1e-9))
-
-
-def _generator_rewards(solutions, judged, alg) -> np.ndarray:
-    """Token score of each rollout (TANGO_SPEC §2.5): per verification, gtw·r_out +
-    (1-gtw)·verdict where the verdict parses, else r_out, averaged over the verifications (as
-    the official code averages over verifier samples); plus the (official: zero) format
-    weight."""
-    out = np.asarray([s.reward for s in solutions], np.float32)
-    if judged is not None and alg.ground_truth_weight < 1.0:
-        gtw = alg.ground_truth_weight
-        for i, row in enumerate(judged):
-            r_out = float(out[i])
-            verdicts = [j.verification.verdict for j in row]
-            scores = [r_out if v is None else gtw * r_out + (1 - gtw) * v for v in verdicts]
-            out[i] = np.mean(scores)
-    if alg.generator_format_weight:
-        out += alg.generator_format_weight * np.asarray([s.format_score for s in solutions])
-    return out
+    metrics = step_metrics.generator_metrics(gen, ver, rollouts, rewards, update)
+    if rollouts.judged is not None and ver is not None:  # the verifier's feedback batch
+        nv = ctx.cfg.algorithm.verifications_per_response
+        prompts = [p for p in rollouts.ver_prompts for _ in range(nv)]
+        judgments = [j.completion for row in rollouts.judged for j in row]
+        metrics |= _side_drift(ctx, ver, prompts, judgments, timer)
+    return metrics | _train(gen, update.batch, timer, during_update)
 
 
 def verifier_step(
@@ -484,72 +331,16 @@ def verifier_step(
     timer: PhaseTimer,
     during_update: Prefetch | None = None,
 ) -> tuple[dict[str, float], ClassBalanceState]:
-    """One verifier update on `rollouts` (from `collect`); returns metrics and the updated
-    class-balance EMA. `during_update`: as in `generator_step`."""
-    cfg, gen, ver = ctx.cfg, ctx.generator, ctx.verifier
-    alg = cfg.algorithm
-    n = ver.config.rollout.n
-    prompts, solutions, judged = rollouts.prompts, rollouts.solutions, rollouts.judged
-    ver_prompts, reward_metrics = rollouts.ver_prompts, rollouts.reward_metrics
-    flat = [j for row in judged for j in row]  # solution-major: rows i*n .. i*n+n-1
-    labels = np.repeat([s.correct for s in solutions], n)
-    rewards_v = np.asarray([j.reward for j in flat], np.float32)
-    rewards_v, overlong = _with_overlong_penalty(ver, rewards_v, [j.completion for j in flat])
-    weights = None
-    if alg.class_reweight is not None:
-        class_state = update_class_balance(class_state, labels, alg.class_ema_decay)
-        weights = class_weights(class_state, labels, alg.class_reweight)
-    batch = _batch(
-        ver,
-        [p for p in ver_prompts for _ in range(n)],
-        [j.completion for j in flat],
-        sample_weights=weights,
-    )
-    a = outcome_advantages(
-        alg.estimator,
-        jnp.asarray(rewards_v),
-        jnp.asarray(batch.response_mask),
-        n,
-        eps=alg.eps,
-        reinforce_pp_baseline=alg.reinforce_pp_baseline,
-        scaling=alg.advantage_scaling,
-    )
-    batch = dataclasses.replace(batch, advantages=np.asarray(a, np.float32))
+    """One verifier update on `rollouts` (from `collect`, with their rewards): class weights
+    and advantages -> batch -> update -> sync; returns metrics and the updated class-balance
+    EMA. `during_update`: as in `generator_step`."""
+    gen, ver, rewards = ctx.generator, ctx.verifier, rollouts.rewards
+    update = update_batch.verifier_update(ver, ctx.cfg.algorithm, rollouts, rewards, class_state)
     if log := _rollout_log_due(ctx, rollouts.step):
-        rows = rollout_rows.verifier_rows(rollouts, batch.advantages[:, 0], max_rows=log.max_rows)
+        advantages = update.batch.advantages[:, 0]
+        rows = rollout_rows.verifier_rows(rollouts, advantages, max_rows=log.max_rows)
         log.write(rollouts.step, rows, phase=rollout_rows.phase_name(rollouts))
-    metrics = {f"verifier/solutions/{k}": v for k, v in reward_metrics.items()} | overlong
-    metrics |= {f"verifier/{k}": v for k, v in rollouts.sampling.items()}
-    metrics["verifier/policy_lag"] = _lag(ver, [j.completion for j in flat])
-    metrics["verifier/solutions/generator_lag"] = _lag(gen, [s.completion for s in solutions])
-    metrics |= _side_drift(ctx, gen, prompts, [s.completion for s in solutions], timer)
-    metrics |= _train(ver, batch, timer, during_update)
-    metrics |= {
-        f"verifier/{k}": v
-        for k, v in feedback.verdict_metrics(labels, [j.verification.verdict for j in flat]).items()
-    }
-    metrics |= {f"verifier/{k}": v for k, v in feedback.process_metrics(solutions, judged).items()}
-    metrics |= {
-        "verifier/reward/mean": float(rewards_v.mean()),
-        "verifier/zero_var_groups": _zero_var_share(rewards_v, n),
-        "verifier/format_score": _mean(j.format_score for j in flat),
-        "verifier/solution_accuracy": _mean(s.correct for s in solutions),
-        "verifier/step_judgments/correct_frac": _mean(
-            x > 0 for j in flat for x in j.verification.step_judgments
-        ),
-        "verifier/step_judgments/k_match": _mean(
-            len(j.verification.step_judgments) == len(s.steps)
-            for s, row in zip(solutions, judged)
-            for j in row
-        ),
-        "verifier/class_ema/pos": class_state.pos_ema,
-        "verifier/class_ema/neg": class_state.neg_ema,
-    } | _rollout_metrics("verifier", [j.completion for j in flat])
-    if weights is not None:
-        metrics["verifier/class_weight/pos"] = (
-            float(weights[labels].mean()) if labels.any() else 0.0
-        )
-        metrics["verifier/class_weight/neg"] = (
-            float(weights[~labels].mean()) if (~labels).any() else 0.0
-        )
-    return metrics, class_state
+    metrics = step_metrics.verifier_metrics(gen, ver, rollouts, rewards, update)
+    solutions = [s.completion for s in rollouts.solutions]
+    metrics |= _side_drift(ctx, gen, rollouts.prompts, solutions, timer)
+    return metrics | _train(ver, update.batch, timer, during_update), update.class_state

@@ -16,7 +16,7 @@ from tango_jax.data.datasets import Problem, PromptStream, StreamPosition
 from tango_jax.rl.dynamic_sampling import Selection
 from tango_jax.run import steps
 from tango_jax.run.dynamic_sampling import StepBatches, merge_rounds, sampling_metrics
-from tango_jax.run.feedback import Rollouts
+from tango_jax.run.feedback import RolloutRewards, Rollouts
 from tango_jax.schema import ConfigError, to_dict
 from tango_jax.tango.kind import Kind
 from tango_jax.tango.schedule import Phase
@@ -27,14 +27,14 @@ PROBLEMS = [Problem(f"q{i}", "1", "toy", str(i)) for i in range(8)]
 ORDER = [[3, 2], [1, 6], [0, 7], [4, 5], [7, 4], [5, 1]]
 # Each problem's n = 2 rewards: its group. Equal (no signal): 0, 2, 4, 6, 7.
 REWARDS = {
-    "0": [1, 1],
-    "1": [1, 0],
-    "2": [1, 1],
-    "3": [1, 0],
-    "4": [0, 0],
-    "5": [0, 1],
-    "6": [0, 0],
-    "7": [1, 1],
+    "0": [1.0, 1.0],
+    "1": [1.0, 0.0],
+    "2": [1.0, 1.0],
+    "3": [1.0, 0.0],
+    "4": [0.0, 0.0],
+    "5": [0.0, 1.0],
+    "6": [0.0, 0.0],
+    "7": [1.0, 1.0],
 }
 
 
@@ -61,14 +61,11 @@ def rounds(monkeypatch):
         sols = [f"{p.id}/{j}" for p in problems for j in range(k)]
         metrics = {"reward/mean": float(round_index), "reward/timeouts": 1.0}
         judged = [[f"judgment of {s}"] for s in sols]
+        rewards = RolloutRewards(np.concatenate([REWARDS[p.id] for p in problems]), None)
         return Rollouts(global_step, phase, problems, [p.id for p in problems], sols, metrics,
-                        [f"prompt of {s}" for s in sols], judged)  # fmt: skip
-
-    def group_rewards(ctx, r):
-        return np.asarray([REWARDS[p.id] for p in r.problems], float)
+                        [f"prompt of {s}" for s in sols], judged, rewards=rewards)  # fmt: skip
 
     monkeypatch.setattr(steps, "_collect_round", one_round)
-    monkeypatch.setattr(steps, "_group_rewards", group_rewards)
     return calls
 
 
@@ -105,6 +102,7 @@ def test_generator_groups_fill_the_batch_and_the_position_counts_every_prompt(ro
     assert out.solutions == ["3/0", "3/1", "1/0", "1/1"]  # each group's n solutions together
     assert out.ver_prompts == [f"prompt of {s}" for s in out.solutions]
     assert out.judged == [[f"judgment of {s}"] for s in out.solutions]
+    assert out.rewards.values.tolist() == REWARDS["3"] + REWARDS["1"]  # the groups' own rows
     assert out.reward_metrics == {"reward/mean": 0.5, "reward/timeouts": 2.0}  # over rounds
     assert out.sampling["dynamic_sampling/rounds"] == 2.0
     assert out.sampling["dynamic_sampling/zero_var_groups"] == 0.5
