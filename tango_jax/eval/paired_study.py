@@ -60,6 +60,22 @@ class Contrast:
         return len(self.diffs)
 
 
+def t_half_width(x: np.ndarray) -> float:
+    """Half-width of the two-sided 95% Student t-interval of the mean of `x` (>= 2 values)."""
+    return float(stats.t.ppf(0.975, x.size - 1) * x.std(ddof=1) / np.sqrt(x.size))
+
+
+def mean_ci(values) -> tuple[float, float]:
+    """(mean, half-width of its 95% t-interval) of the values that are not NaN; the half-width
+    is NaN for fewer than two."""
+    x = np.asarray([v for v in values if not np.isnan(v)], dtype=float)
+    if x.size == 0:
+        return float("nan"), float("nan")
+    if x.size == 1:
+        return float(x[0]), float("nan")
+    return float(x.mean()), t_half_width(x)
+
+
 def paired(name: str, a: dict[int, float], b: dict[int, float]) -> Contrast:
     """A - B over the seeds both have (NaN half-width and p with fewer than two)."""
     seeds = sorted(a.keys() & b.keys())
@@ -68,7 +84,7 @@ def paired(name: str, a: dict[int, float], b: dict[int, float]) -> Contrast:
         mean = float(d.mean()) if d.size else float("nan")
         return Contrast(name, tuple(d.tolist()), mean, float("nan"), float("nan"))
     sd = d.std(ddof=1)
-    half = float(stats.t.ppf(0.975, d.size - 1) * sd / np.sqrt(d.size))
+    half = t_half_width(d)
     if sd == 0:
         p = 1.0 if d.mean() == 0 else 0.0
     else:

@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from tango_jax.eval import analysis
+from tango_jax.eval.paired_study import mean_ci
 
 VARIANTS = ("tango", "grpo", "fixed_verifier")
 CONFIG = "configs/tiny_arith.py"
@@ -53,19 +54,6 @@ VERIFIER_METRICS = {
     "eval/verifier/step_verdict_accuracy": "verifier verdict accuracy (ProcessBench, half wrong)",
     "eval/verifier/verdict_accuracy": "verifier verdict accuracy (generator's solutions)",
 }
-# Two-sided 95% Student t quantiles by degrees of freedom (1.96 beyond the table).
-_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
-
-
-def mean_ci(values) -> tuple[float, float]:
-    """(mean, half-width of the 95% t-interval); half-width NaN for fewer than two values."""
-    x = np.asarray([v for v in values if not np.isnan(v)], dtype=float)
-    if x.size == 0:
-        return float("nan"), float("nan")
-    if x.size == 1:
-        return float(x[0]), float("nan")
-    half = _T95.get(x.size - 1, 1.96) * x.std(ddof=1) / np.sqrt(x.size)
-    return float(x.mean()), float(half)
 
 
 def fmt(mean: float, half: float) -> str:

@@ -6,12 +6,10 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
-import math
 import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from tango_jax.config.run import load_run_config, sibling_config
@@ -122,13 +120,8 @@ def test_make_tiny_sft_runs_its_three_phases_and_writes_the_checkpoints(tmp_path
     assert not (tmp_path / "out.tmp").exists()
 
 
-def test_mean_ci_is_the_student_t_interval():
+def test_fmt_shows_the_interval_where_there_is_one():
     study = _study()
-    x = [0.2, 0.5, 0.35]
-    mean, half = study.mean_ci(x)
-    assert mean == pytest.approx(0.35)
-    assert half == pytest.approx(4.303 * np.std(x, ddof=1) / math.sqrt(3))
-    assert study.mean_ci([0.4]) == (0.4, pytest.approx(float("nan"), nan_ok=True))
     assert study.fmt(0.3, 0.05) == "0.300 ± 0.050" and study.fmt(0.3, float("nan")) == "0.300"
 
 

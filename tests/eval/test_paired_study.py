@@ -343,3 +343,15 @@ def test_the_letters_paired_curve_subtracts_grpo_of_the_same_seed():
     }
     (curve,) = sl.paired_curve(results, "tango", "grpo", [1, 2])
     assert curve == [[0, 0.0], [12, pytest.approx(0.03)]]
+
+
+def test_mean_ci_is_the_student_t_interval():
+    x = [0.2, 0.5, 0.35]
+    mean, half = ps.mean_ci(x)
+    assert mean == pytest.approx(0.35)
+    assert half == pytest.approx(4.303 * np.std(x, ddof=1) / np.sqrt(3), rel=1e-4)  # t(2)
+    # 11 values: t(10) = 2.228, where a table that stops at 9 degrees of freedom gave 1.96
+    y = np.linspace(0.0, 1.0, 11)
+    assert ps.mean_ci(y)[1] == pytest.approx(2.228 * np.std(y, ddof=1) / np.sqrt(11), rel=1e-3)
+    assert ps.mean_ci([0.4, float("nan")]) == (0.4, pytest.approx(float("nan"), nan_ok=True))
+    assert np.isnan(ps.mean_ci([])[0])
