@@ -47,7 +47,8 @@ updates at lr 1e-4 (docs/chains.md).
 from pathlib import Path
 
 import tango_jax
-from tango_jax.config.run import STUDY_ARMS, apply_study_arm, base_config
+from tango_jax.config.run import base_config
+from tango_jax.study.arms import STUDY_ARMS, apply_study_arm
 
 VARIANTS = STUDY_ARMS
 SFT_ASSETS = Path(tango_jax.__file__).resolve().parent / "assets" / "tiny_chains_sft"

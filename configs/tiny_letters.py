@@ -57,7 +57,8 @@ init). Results over seeds: `python -m tango_jax.study --task last_letter`, docs/
 from pathlib import Path
 
 import tango_jax
-from tango_jax.config.run import STUDY_ARMS, apply_study_arm, base_config
+from tango_jax.config.run import base_config
+from tango_jax.study.arms import STUDY_ARMS, apply_study_arm
 
 VARIANTS = STUDY_ARMS
 SFT_ASSETS = Path(tango_jax.__file__).resolve().parent / "assets" / "tiny_letters_sft"

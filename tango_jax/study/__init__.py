@@ -6,5 +6,6 @@
     python -m tango_jax.study --task last_letter --summary-only ...  # tables from the records
 
 `arith.py`: Tango against GRPO and the fixed verifier on configs/tiny_arith.py (claim 1);
-`letters.py`: the arms of configs/tiny_letters.py and the claim-2 summary (docs/last_letter.md).
+`letters.py`: the arms of configs/tiny_letters.py and the claim-2 summary (docs/last_letter.md);
+`arms.py`: the claim-2 arms as config transforms, which the letters and chains configs apply.
 """
