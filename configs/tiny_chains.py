@@ -48,6 +48,7 @@ from pathlib import Path
 
 import tango_jax
 from tango_jax.config.run import base_config
+from tango_jax.config.tiny import tiny_role
 from tango_jax.study.arms import STUDY_ARMS, apply_study_arm
 
 VARIANTS = STUDY_ARMS
@@ -119,22 +120,9 @@ def get_config(arg: str = "tango"):
         ("generator", 1, 160, 128),
         ("verifier", 2, 352, 288),
     ):
-        role = c[name]
-        if scratch:
-            role.model.preset = "tiny-qwen2"
-            role.model.init_seed = seed
-        else:
-            role.model.preset = ""
-            role.model.path = str(SFT_ASSETS / name)
-        role.dtype = "float32"
-        role.remat = False
-        role.rollout.n = 4
-        role.rollout.max_tokens = max_tokens
-        role.max_prompt_len = max_prompt_len
-        role.response_bucket = max_tokens
-        role.sampler.prompt_bucket = 32
-        role.trainer.optimizer.learning_rate = 1e-4  # the miniature's, both roles
-        role.trainer.micro_batch_size = 8
+        sft_assets = None if scratch else SFT_ASSETS
+        tiny_role(c, name, seed=seed, max_tokens=max_tokens, max_prompt_len=max_prompt_len,
+                  sft_assets=sft_assets, learning_rate=1e-4)  # the miniature's  # fmt: skip
     c.schedule.total_steps = VERIFIER_WARMUP + GENERATOR_STEPS * 4 // 3  # [G, G, G, V] cycles
     c.schedule.verifier_warmup_steps = VERIFIER_WARMUP
     c.algorithm.alpha.alpha0 = alpha0

@@ -58,6 +58,7 @@ from pathlib import Path
 
 import tango_jax
 from tango_jax.config.run import base_config
+from tango_jax.config.tiny import tiny_role
 from tango_jax.study.arms import STUDY_ARMS, apply_study_arm
 
 VARIANTS = STUDY_ARMS
@@ -145,29 +146,15 @@ def get_config(arg: str = "tango"):
     c.checkpoint.every_steps = 20
     c.checkpoint.keep = 2
     # ~14 + k tokens for step k: 6 words ~125 tokens of solution, 8 words ~170
-    for name, seed, max_tokens, max_prompt_len in (
-        ("generator", 1, 192, 128),
-        ("verifier", 2, 224, 384),
+    # generator lr 3e-5: at 1e-4 (the arithmetic miniature's) GRPO first lost a fifth of the
+    # SFT generator's accuracy (docs/last_letter.md); the verifier keeps 1e-4
+    for name, seed, max_tokens, max_prompt_len, lr in (
+        ("generator", 1, 192, 128, 3e-5),
+        ("verifier", 2, 224, 384, 1e-4),
     ):
-        role = c[name]
-        if scratch:
-            role.model.preset = "tiny-qwen2"
-            role.model.init_seed = seed
-        else:
-            role.model.preset = ""
-            role.model.path = str(SFT_ASSETS / name)
-        role.dtype = "float32"
-        role.remat = False
-        role.rollout.n = 4
-        role.rollout.max_tokens = max_tokens
-        role.max_prompt_len = max_prompt_len
-        role.response_bucket = max_tokens
-        role.sampler.prompt_bucket = 32
-        # generator 3e-5: at 1e-4 (the arithmetic miniature's) GRPO first lost a fifth of the
-        # SFT generator's accuracy (seed 0: sampled 0.454 -> 0.367 after 12 updates, greedy
-        # 0.797 -> 0.637); at 3e-5 it held (0.467 / 0.755); docs/last_letter.md
-        role.trainer.optimizer.learning_rate = 3e-5 if name == "generator" else 1e-4
-        role.trainer.micro_batch_size = 8
+        sft_assets = None if scratch else SFT_ASSETS
+        tiny_role(c, name, seed=seed, max_tokens=max_tokens, max_prompt_len=max_prompt_len,
+                  sft_assets=sft_assets, learning_rate=lr)  # fmt: skip
     c.schedule.total_steps = VERIFIER_WARMUP + g_steps * 4 // 3  # [G, G, G, V] cycles
     c.schedule.verifier_warmup_steps = VERIFIER_WARMUP
     c.algorithm.alpha.alpha0 = alpha0
