@@ -121,6 +121,8 @@ def main(argv: list[str]) -> None:
         sys.exit(f"config error: {e}")
     if loop.stopped_at is not None:  # saved; the same command resumes it
         sys.exit(ExitStatus.STOPPED)
+    if loop.collapsed_at is not None:  # saved; change the verifier's settings, then resume
+        sys.exit(ExitStatus.VERIFIER_COLLAPSED)
     if not is_primary():
         return
     log.info(

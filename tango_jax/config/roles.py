@@ -11,6 +11,7 @@ import dataclasses
 import enum
 import math
 
+from tango_jax.checkpoint.divergence import GuardAction
 from tango_jax.models.config import ATTENTION_KERNELS, dtype_from_name
 from tango_jax.models.lora import LoraConfig
 from tango_jax.models.presets import PRESETS
@@ -172,6 +173,11 @@ class RoleConfig:
     # optimizer state adapter-sized; the SFT stage stays full fine-tuning. rank 0: off.
     lora: LoraConfig = LoraConfig()
     eval_max_tokens: int = 0  # greedy evaluation budget; 0: rollout.max_tokens
+    # The verifier's only (run/verifier_health.py): what a verifier collapsed to one verdict
+    # does to the run, pooled over its last 3 updates (>= 95% of its verdicts one class while
+    # right and wrong solutions are each >= 10%): warn (one warning with the numbers) | stop
+    # (save the step, exit with status 76) | off.
+    collapse_guard: GuardAction = GuardAction.WARN
     trainer: TrainerConfig = dataclasses.field(
         default=TrainerConfig(),
         metadata=derived(

@@ -25,7 +25,7 @@ from typing import Any
 
 from ml_collections import config_dict as mlc
 
-from tango_jax.checkpoint.divergence import DivergenceConfig
+from tango_jax.checkpoint.divergence import DivergenceConfig, GuardAction
 from tango_jax.config.roles import RoleConfig, RolloutSettings, SamplerBackend
 from tango_jax.config.stages import CheckpointConfig, EvalConfig, SFTConfig
 from tango_jax.data.prompts import DataConfig, DataSource
@@ -244,6 +244,12 @@ def _fail(field: str, value: Any, rule: str) -> None:
 
 
 def _check_roles(c: RunConfig) -> None:
+    if c.generator.collapse_guard is not GuardAction.WARN:
+        _fail(
+            "generator.collapse_guard",
+            c.generator.collapse_guard.value,
+            "guards the verifier only; set verifier.collapse_guard instead.",
+        )
     for kind in Kind:
         name, role = kind.value, c.role(kind)
         m = role.model

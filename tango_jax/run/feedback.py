@@ -249,9 +249,17 @@ def step_reward_arrays(
 
 def verdict_metrics(labels: Sequence[bool], verdicts: Sequence[int | None]) -> dict[str, float]:
     """Verdict accuracy and F1 against the rule-based truth. An unparsable verdict counts as
-    INCORRECT (the official default label) and is also reported as `parse_fail`."""
+    INCORRECT (the official default label) and is also reported as `parse_fail`.
+
+    The verifier's health beside them: `predicted_correct` (the share of verdicts CORRECT)
+    against `solutions_right` (the share of solutions that are right), and
+    `balanced_accuracy`, the mean of the two class recalls (right solutions called CORRECT,
+    wrong ones not), which a verifier giving one verdict to everything holds at 0.5 whatever
+    the classes' shares (with one class present: that class's recall)."""
     y = np.asarray(labels, bool)
     pred = np.asarray([v == formats.CORRECT for v in verdicts], bool)
+    classes = ((True, y), (False, ~y))  # (the verdict a class should get, its members)
+    recalls = [float((pred[m] == want).mean()) for want, m in classes if m.any()]
 
     def f1(pos_true, pos_pred):
         tp = float((pos_true & pos_pred).sum())
@@ -264,6 +272,8 @@ def verdict_metrics(labels: Sequence[bool], verdicts: Sequence[int | None]) -> d
         "f1_incorrect": f1(~y, ~pred),
         "parse_fail": float(np.mean([v is None for v in verdicts])) if y.size else 0.0,
         "predicted_correct": float(pred.mean()) if y.size else 0.0,
+        "solutions_right": float(y.mean()) if y.size else 0.0,
+        "balanced_accuracy": float(np.mean(recalls)) if recalls else 0.0,
     }
 
 

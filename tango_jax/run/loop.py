@@ -63,6 +63,7 @@ from tango_jax.run.sft import initial_tokenizer, prepare_rl_start
 from tango_jax.run.sft_progress import SFTStopped
 from tango_jax.run.signals import StopPoint, StopSignals
 from tango_jax.run.steps import StepContext, collect, generator_step, verifier_step
+from tango_jax.run.verifier_health import CollapseGuard, UpdateVerdicts
 from tango_jax.schema import to_dict
 from tango_jax.tango.kind import Kind
 from tango_jax.text.process_bench import ProcessItem
@@ -78,11 +79,14 @@ class TangoLoop:
     """`mesh`: the devices both models train and (with the JAX sampler) sample on; train.py
     builds it from `cfg.mesh` and checks the micro-batches against it. `stop`: the signals
     that end the run early with a checkpoint (run/signals.py); after `run`, `stopped_at` is
-    the step it stopped after (None: it ran to the end)."""
+    the step it stopped after (None: it ran to the end), and `collapsed_at` the step at which
+    `verifier.collapse_guard=stop` ended it (run/verifier_health.py)."""
 
     def __init__(self, cfg: RunConfig, mesh: Mesh, *, stop: StopSignals | None = None):
         self.cfg, self.mesh, self.stop = cfg, mesh, stop
         self.stopped_at: int | None = None
+        self.collapsed_at: int | None = None
+        self.collapse_guard = CollapseGuard(cfg.verifier.collapse_guard)
         self.run_dir = Path(cfg.run_dir)
         self.schedule = cfg.schedule
         self.process_items: list[ProcessItem] = []  # set by _data (tasks with step truth)
@@ -185,7 +189,8 @@ class TangoLoop:
                     "step 0/%d before training: %s", cfg.schedule.total_steps, _eval_summary(before)
                 )
             final = self._train(ctx, trained, stream, eval_problems, ckpt, metrics, state)
-            if cfg.checkpoint.export_hf_at_end and self.stopped_at is None:
+            ended_early = self.stopped_at is not None or self.collapsed_at is not None
+            if cfg.checkpoint.export_hf_at_end and not ended_early:
                 for r in built.values():
                     if r.model is not None:  # a frozen vLLM role: unchanged
                         out = self.run_dir / "hf" / r.name
@@ -316,6 +321,7 @@ class TangoLoop:
             # Before anything of this step is written or saved: a saved step is a good one.
             check_finite(out, role=role, step=step, checkpointer=ckpt)
             self._check_divergence(out, trained[phase.kind], step, norms, ckpt)
+            collapsed = phase.kind is Kind.VERIFIER and self._collapsed(out, step)
             for r in (ctx.generator, ctx.verifier):  # vLLM: restarts, retries, drops
                 if r is not None:
                     out |= {f"{r.name}/{k}": v for k, v in r.sampler.metrics().items()}
@@ -334,7 +340,7 @@ class TangoLoop:
                 clock.eta(step),
             )
             stop, timed = point.agree()  # the same on every process
-            if stop or timed or self._save_due(step):
+            if stop or timed or collapsed or self._save_due(step):
                 # With a prefetch in flight (time or signal checkpoints only: scheduled steps
                 # are drained), `position` gives its problems back to the resumed run.
                 ckpt.save(
@@ -343,6 +349,10 @@ class TangoLoop:
                     HostState(step, updates, class_state, position).to_dict(),
                 )
                 point.saved()
+            if collapsed:
+                self.collapsed_at = step
+                log.error("stopped after step %d and saved it (verifier.collapse_guard=stop)", step)
+                break
             if stop and step < sched.total_steps:  # at the last step: the run is done
                 self.stopped_at = step
                 log.warning(
@@ -352,6 +362,17 @@ class TangoLoop:
                 )
                 break
         return final
+
+    def _collapsed(self, out: dict[str, float], step: int) -> bool:
+        """Feeds the verifier step's verdicts to the collapse guard: warns when it trips (once
+        until it clears); True when it tripped and the action is stop."""
+        collapse = self.collapse_guard.observe(UpdateVerdicts.from_metrics(out))
+        out["verifier/collapse_guard/tripped"] = float(self.collapse_guard.tripped)
+        if collapse is None:
+            return False
+        action = self.collapse_guard.action
+        log.warning("%s (verifier.collapse_guard=%s)", collapse.message(step), action.value)
+        return self.collapse_guard.action is GuardAction.STOP
 
     def _check_divergence(self, out, role: Role, step: int, norms: dict, ckpt) -> None:
         """Stops (or warns) on a sign that the update destroyed the model
@@ -435,6 +456,8 @@ _EVAL_KEYS = (
     "eval/generator/accuracy",
     "eval/generator/sampled_accuracy",
     "eval/verifier/verdict_accuracy",
+    "eval/verifier/balanced_accuracy",
+    "eval/verifier/predicted_correct",
     "eval/verifier/step_f1",
     "eval/verifier/f1",
 )
@@ -448,12 +471,17 @@ def _summary(out: dict[str, float], role: Kind) -> str:
             "generator/accuracy",
             "generator/reward/mean",
             "generator/alpha",
+            "generator/feedback/predicted_correct",
+            "generator/feedback/balanced_accuracy",
             "generator/train/loss",
         ),
         Kind.VERIFIER: (
             "verifier/verdict_accuracy",
+            "verifier/balanced_accuracy",
+            "verifier/predicted_correct",
+            "verifier/solutions_right",
+            "verifier/parse_fail",
             "verifier/reward/mean",
-            "verifier/f1",
             "verifier/train/loss",
         ),
     }[role] + ("perf/step_s",)

@@ -46,6 +46,8 @@ class ExitStatus(enum.IntEnum):
     ERROR = 1  # a config error, a refused resume, a stop on a non-finite or diverged step
     RUN_DIR_LOCKED = 73  # another live run holds run_dir (run/lock.py); nothing was written
     STOPPED = 75  # stopped by a signal after saving a checkpoint: launch again to resume
+    # the verifier collapsed to one verdict (verifier.collapse_guard=stop); the step is saved
+    VERIFIER_COLLAPSED = 76
     # 128 + N: a second signal N (143 SIGTERM, 130 SIGINT, 138 SIGUSR1): no checkpoint
 
 

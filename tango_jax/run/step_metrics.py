@@ -47,6 +47,29 @@ def zero_var_share(rewards: RolloutRewards, groups: int) -> float:
     return float(np.mean(by_group.max(axis=1) - by_group.min(axis=1) < 1e-9))
 
 
+def entropy_mc(completions: Sequence[Completion]) -> float:
+    """The mean -log p of the sampled tokens: a Monte Carlo estimate of the policy's per-token
+    entropy at the sampling temperature, free from the sampler's log-probs (a verifier that
+    collapses to one template drives it towards 0)."""
+    logprobs = [lp for c in completions for lp in c.logprobs]
+    return float(-np.mean(logprobs)) if logprobs else 0.0
+
+
+def format_only_share(rollouts: Rollouts, rewards: RolloutRewards) -> float:
+    """Share of a V step's groups (one solution's NV judgments) whose rewards differ although
+    every judgment's verdict term is the same (all right, or all wrong or unparsable): only
+    format separates them, and the update learns format, not verdicts."""
+    if not rollouts.judged:
+        return 0.0
+    groups = rewards.by_group(len(rollouts.solutions))
+    only = []
+    for sol, row, r in zip(rollouts.solutions, rollouts.judged, groups):
+        terms = {j.verification.verdict is not None and j.verification.verdict == sol.correct
+                 for j in row}  # fmt: skip
+        only.append(len(terms) == 1 and float(r.max() - r.min()) > 1e-9)
+    return mean(only)
+
+
 def overlong_metrics(role: Role, rewards: RolloutRewards) -> dict[str, float]:
     if rewards.penalty is None:
         return {}
@@ -72,6 +95,7 @@ def generator_metrics(
         truth = [s.correct for s in solutions]
         verdict = feedback.verdict_metrics(truth, verdicts)
         out |= {f"generator/feedback/{k}": v for k, v in verdict.items()}
+        out["generator/feedback/entropy_mc"] = entropy_mc([j.completion for r in judged for j in r])
     if judged is not None:
         process = feedback.process_metrics(solutions, judged)
         out |= {f"generator/feedback/{k}": v for k, v in process.items()}
@@ -110,10 +134,11 @@ def verifier_metrics(
     out |= {f"verifier/{k}": v for k, v in rollouts.sampling.items()}
     out["verifier/policy_lag"] = lag(ver, [j.completion for j in flat])
     out["verifier/solutions/generator_lag"] = lag(gen, [s.completion for s in solutions])
-    verdicts = [j.verification.verdict for j in flat]
-    out |= {
-        f"verifier/{k}": v for k, v in feedback.verdict_metrics(update.labels, verdicts).items()
-    }
+    verdicts = feedback.verdict_metrics(update.labels, [j.verification.verdict for j in flat])
+    out |= {f"verifier/{k}": v for k, v in verdicts.items()}
+    out["verifier/verdicts"] = float(len(flat))  # the judgments behind those shares
+    out["verifier/entropy_mc"] = entropy_mc([j.completion for j in flat])
+    out["verifier/format_only_groups"] = format_only_share(rollouts, rewards)
     out |= {f"verifier/{k}": v for k, v in feedback.process_metrics(solutions, judged).items()}
     labels, weights, state = update.labels, update.weights, update.class_state
     out |= {

@@ -287,6 +287,7 @@ def test_train_entry_point_rejects_bad_overrides_before_loading_anything(overrid
         (("data", "source"), "custom", "data.task \\(''\\) names a task of your own"),
         (("data", "task"), "toy_task:make", "data.task \\('toy_task:make'\\) names a task"),
         (("checkpoint", "keep"), 0, "checkpoint.keep \\(0\\)"),
+        (("generator", "collapse_guard"), "stop", "generator.collapse_guard .* verifier only"),
     ],
 )
 def test_cross_field_rules_fail_at_start_up(path, value, message):

@@ -64,12 +64,20 @@ def test_a_short_run_on_own_jsonl_data_its_console_lines_and_evaluate_on_the_fil
     number = r"-?[\d.]+"
     held_out = (
         rf"eval/generator/accuracy={number} eval/generator/sampled_accuracy={number} "
-        rf"eval/verifier/verdict_accuracy={number} eval/verifier/f1={number}"
+        rf"eval/verifier/verdict_accuracy={number} eval/verifier/balanced_accuracy={number} "
+        rf"eval/verifier/predicted_correct={number} eval/verifier/f1={number}"
     )
     assert any(re.fullmatch(rf"step 0/5 before training: {held_out}", x) for x in lines)
     steps = [x for x in lines if re.match(r"step [1-5]/5 ", x)]
-    generator = rf"accuracy={number} reward/mean={number} alpha={number} train/loss={number}"
-    verifier = rf"verdict_accuracy={number} reward/mean={number} f1={number} train/loss={number}"
+    generator = (  # with the verifier's health on the judging of its rollouts
+        rf"accuracy={number} reward/mean={number} alpha={number} "
+        rf"feedback/predicted_correct={number} feedback/balanced_accuracy={number} "
+        rf"train/loss={number}"
+    )
+    verifier = (
+        rf"verdict_accuracy={number} balanced_accuracy={number} predicted_correct={number} "
+        rf"solutions_right={number} parse_fail={number} reward/mean={number} train/loss={number}"
+    )
     eta = r"eta (\d+s|\d+m\d\ds)"
     expected = [  # evaluations: after the warm-up, every 2nd generator update, at the end
         rf"step 1/5 verifier {verifier} step_s={number} \| {held_out} \| eta \?",
