@@ -47,6 +47,12 @@ class DataConfig:
     prompts_per_step: int = 256  # fresh prompts per global step
     eval_size: int = 500  # held-out problems per evaluation (all if the file is smaller)
     seed: int = 1  # data order (official data.seed = 1)
+    # False: the verifier's updates (its warm-up included) take their prompts from the one
+    # stream the generator's updates take theirs from, as the paper's code does. True: from a
+    # stream of their own (the same task keyed by seed + 7919: for file data, the same problems
+    # in another order), so that a Tango run's generator updates take exactly the batches of a
+    # GRPO run with the same seed (paired studies; run/prompt_streams.py).
+    verifier_stream: bool = False
     prompt_style: PromptStyle = PromptStyle.FULL  # full (the paper's) | compact (tiny configs)
     arith: ArithConfig = ArithConfig()  # the synthetic task (data/synthetic.py)
     letters: LetterConfig = LetterConfig()  # the last-letter task (data/last_letter.py)

@@ -29,6 +29,7 @@ both at the end of every step (`StopPoint.agree`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,8 +48,8 @@ from tango_jax.checkpoint.run import (
 from tango_jax.config import preflight
 from tango_jax.config.roles import SamplerBackend
 from tango_jax.config.run import RunConfig, enabled_roles, trained_roles
-from tango_jax.data.datasets import StreamPosition
-from tango_jax.data.prompts import load_prompts
+from tango_jax.data.datasets import Problem, StreamPosition
+from tango_jax.data.prompts import DataConfig, load_prompts
 from tango_jax.data.tasks import task_of
 from tango_jax.metrics.rollouts import RolloutLog
 from tango_jax.metrics.wandb import wandb_sink
@@ -58,6 +59,7 @@ from tango_jax.run.dynamic_sampling import StepBatches
 from tango_jax.run.evaluation import evaluate
 from tango_jax.run.host_state import HostState
 from tango_jax.run.overlap import Prefetch
+from tango_jax.run.prompt_streams import VERIFIER_SEED_OFFSET, PhaseStreams
 from tango_jax.run.roles import Role, build_role, start_samplers
 from tango_jax.run.sft import initial_tokenizer, prepare_rl_start
 from tango_jax.run.sft_progress import SFTStopped
@@ -65,6 +67,7 @@ from tango_jax.run.signals import StopPoint, StopSignals
 from tango_jax.run.steps import StepContext, collect, generator_step, verifier_step
 from tango_jax.run.verifier_health import CollapseGuard, UpdateVerdicts
 from tango_jax.schema import to_dict
+from tango_jax.tango.class_balance import ClassBalanceState
 from tango_jax.tango.kind import Kind
 from tango_jax.text.process_bench import ProcessItem
 from tango_jax.text.scoring_pool import OutcomeScorer
@@ -73,6 +76,28 @@ if TYPE_CHECKING:
     from jax.sharding import Mesh
 
 log = logging.getLogger("tango_jax")
+
+
+@dataclasses.dataclass
+class RunState:
+    """What the training steps of one run work on and carry from step to step
+    (`TangoLoop._train`): the roles and their contexts, the data, the writers, and the state a
+    checkpoint saves."""
+
+    ctx: StepContext  # the config, both roles, the scorer, the rollout log
+    trained: dict[Kind, Role]  # the roles with a trainer
+    streams: PhaseStreams  # the training prompts of each phase
+    eval_problems: list[Problem]
+    ckpt: RunCheckpointer
+    metrics: MetricsWriter | NoMetrics
+    host: HostState  # where the run starts (step 0, or the checkpoint it resumed)
+    updates: dict[str, int]  # role name -> updates so far
+    class_state: ClassBalanceState  # the verifier's class-balance EMA
+    norms: dict[Kind, float]  # each trained role's parameter norm before its last update
+    point: StopPoint  # signals and time-based checkpoints
+    clock: StepClock  # the progress line's time left
+    ahead: Prefetch | None = None  # the next step's rollouts, collected beside an update
+    final: dict[str, float] = dataclasses.field(default_factory=dict)  # the last evaluation
 
 
 class TangoLoop:
@@ -95,20 +120,29 @@ class TangoLoop:
 
     # --- set-up ------------------------------------------------------------------------------
 
-    def _data(self, position: StreamPosition | None):
-        """(training prompt stream at `position`, held-out evaluation problems)."""
+    def _data(self, host: HostState | None) -> tuple[PhaseStreams, list]:
+        """(the training prompt streams where `host` left them, held-out evaluation problems)."""
         d = self.cfg.data
         if self.cfg.eval.process_bench_size:  # the task's miniature ProcessBench, if it has one
             self.process_items = task_of(d).process_items(
                 self.cfg.eval.process_bench_size, seed=d.seed
             )
-        return load_prompts(
-            self.cfg.data,
-            max_prompt_len=self.cfg.generator.max_prompt_len,
-            position=position,
-            tokenizer=lambda: initial_tokenizer(self.cfg, Kind.GENERATOR),  # writes nothing
-            chat_template=self.cfg.generator.chat_template,
-        )
+
+        def load(data: DataConfig, position: StreamPosition | None):
+            return load_prompts(
+                data,
+                max_prompt_len=self.cfg.generator.max_prompt_len,
+                position=position,
+                tokenizer=lambda: initial_tokenizer(self.cfg, Kind.GENERATOR),  # writes nothing
+                chat_template=self.cfg.generator.chat_template,
+            )
+
+        stream, eval_problems = load(d, None if host is None else host.data)
+        verifier = None
+        if d.verifier_stream:
+            own = dataclasses.replace(d, seed=d.seed + VERIFIER_SEED_OFFSET)
+            verifier, _ = load(own, None if host is None else host.verifier_data)
+        return PhaseStreams(stream, verifier), eval_problems
 
     def _build_roles(self) -> dict[Kind, Role]:
         """Every enabled role from its RL starting checkpoint: all SFT stages first (each
@@ -144,7 +178,7 @@ class TangoLoop:
             reader.close()
         # Data first: a missing or unusable file fails before SFT or any model loads.
         log.info("loading data (%s)", cfg.data.source.value)
-        stream, eval_problems = self._data(None if host is None else host.data)
+        streams, eval_problems = self._data(host)
         # Only now the first write: a refused run (data included) leaves run_dir as it was.
         if jax.process_index() == 0:  # several trainer processes: process 0 writes files
             preflight.write_config(cfg)
@@ -178,7 +212,7 @@ class TangoLoop:
             if host is not None:
                 state = self._restore(ckpt, trained)
                 if state.step != host.step:  # the latest was unreadable: an older one
-                    stream, _ = self._data(state.data)
+                    streams, _ = self._data(state)
                 log.info("resumed from step %d", state.step)
             metrics = self._metrics_writer(None if host is None else state.step)
             ctx.rollout_log = self._rollout_log(state.step, metrics)
@@ -188,7 +222,21 @@ class TangoLoop:
                 log.info(
                     "step 0/%d before training: %s", cfg.schedule.total_steps, _eval_summary(before)
                 )
-            final = self._train(ctx, trained, stream, eval_problems, ckpt, metrics, state)
+            run = RunState(
+                ctx=ctx,
+                trained=trained,
+                streams=streams,
+                eval_problems=eval_problems,
+                ckpt=ckpt,
+                metrics=metrics,
+                host=state,
+                updates=dict(state.updates),
+                class_state=state.class_balance,
+                norms={k: r.trainer.param_norm() for k, r in trained.items()},  # before updates
+                point=StopPoint(self.stop, cfg.checkpoint.every_minutes),
+                clock=StepClock(cfg.schedule.total_steps),
+            )
+            final = self._train(run)
             ended_early = self.stopped_at is not None or self.collapsed_at is not None
             if cfg.checkpoint.export_hf_at_end and not ended_early:
                 for r in built.values():
@@ -265,103 +313,101 @@ class TangoLoop:
             r.sync()  # a vLLM server starts from the checkpoint on disk: send it these weights
         return host
 
-    def _train(self, ctx, trained, stream, eval_problems, ckpt, metrics, state) -> dict[str, float]:
-        sched = self.schedule
-        final: dict[str, float] = {}
-        class_state = state.class_balance
-        updates = dict(state.updates)
-        norms = {kind: r.trainer.param_norm() for kind, r in trained.items()}  # before updates
-        ahead: Prefetch | None = None  # the next step's rollouts, collected beside an update
-        point = StopPoint(self.stop, self.cfg.checkpoint.every_minutes)
-        clock = StepClock(sched.total_steps)
+    def _train(self, run: RunState) -> dict[str, float]:
+        """Global steps after `run.host.step` to the schedule's end (or a stop); returns the
+        last evaluation's metrics."""
         log.info(
             "training steps %d-%d; the first compiles the samplers and train steps (minutes "
             "for a 7B model)",
-            state.step + 1,
-            sched.total_steps,
+            run.host.step + 1,
+            self.schedule.total_steps,
         )
-        for step in range(state.step + 1, sched.total_steps + 1):
-            phase = sched.phase(step)
-            batches = ahead.problems if ahead is not None else StepBatches(stream)
-            rollouts = ahead.rollouts if ahead is not None else None
-            prefetched = rollouts is not None
-            if rollouts is None:
-                rollouts = collect(
-                    ctx,
-                    batches.first,
-                    more=batches.extra,  # dynamic sampling's extra rounds
-                    global_step=step,
-                    phase=phase,
-                    timer=self.timer,
-                )
-            # Where a checkpoint of this step resumes the data: after every batch it consumed.
-            position = stream.position
-            ahead = self._prefetch(ctx, step, stream) if self._prefetch_due(step) else None
-            if phase.kind is Kind.GENERATOR:
-                out = generator_step(
-                    ctx,
-                    rollouts,
-                    update_index=updates[Kind.GENERATOR.value] - sched.generator_warmup_steps,
-                    timer=self.timer,
-                    during_update=ahead,
-                )
-            else:
-                out, class_state = verifier_step(
-                    ctx,
-                    rollouts,
-                    class_state=class_state,
-                    timer=self.timer,
-                    during_update=ahead,
-                )
-            if self.cfg.overlap_rollouts:
-                out["rollout/prefetched"] = float(prefetched)
-                out |= ahead.metrics() if ahead is not None else {}
-            role = phase.kind.value
-            updates[role] += 1
-            # Before anything of this step is written or saved: a saved step is a good one.
-            check_finite(out, role=role, step=step, checkpointer=ckpt)
-            self._check_divergence(out, trained[phase.kind], step, norms, ckpt)
-            collapsed = phase.kind is Kind.VERIFIER and self._collapsed(out, step)
-            for r in (ctx.generator, ctx.verifier):  # vLLM: restarts, retries, drops
-                if r is not None:
-                    out |= {f"{r.name}/{k}": v for k, v in r.sampler.metrics().items()}
-            out |= self.timer.metrics()
-            out |= {f"schedule/{k}_updates": n for k, n in updates.items()}
-            if self._eval_due(step, phase, updates):
-                final = self._evaluate(ctx, eval_problems)
-                out |= final
-            metrics.write(step, out, phase=role + ("_warmup" if phase.warmup else ""))
-            log.info(
-                "step %d/%d %s %s | %s",
-                step,
-                sched.total_steps,
-                role,
-                _summary(out, phase.kind),
-                clock.eta(step),
+        for step in range(run.host.step + 1, self.schedule.total_steps + 1):
+            out, positions = self._step(run, step)
+            if self._after_step(run, step, out, positions):
+                break
+        return run.final
+
+    def _step(self, run: RunState, step: int):
+        """One global step: its rollouts (collected now, or by the last step's prefetch), then
+        its update; returns the step's metrics and where the prompt streams then stand."""
+        phase = self.schedule.phase(step)
+        ahead = run.ahead
+        batches = ahead.problems if ahead is not None else StepBatches(run.streams.for_phase(phase))
+        rollouts = ahead.rollouts if ahead is not None else None
+        prefetched = rollouts is not None
+        if rollouts is None:
+            rollouts = collect(
+                run.ctx,
+                batches.first,
+                more=batches.extra,  # dynamic sampling's extra rounds
+                global_step=step,
+                phase=phase,
+                timer=self.timer,
             )
-            stop, timed = point.agree()  # the same on every process
-            if stop or timed or collapsed or self._save_due(step):
-                # With a prefetch in flight (time or signal checkpoints only: scheduled steps
-                # are drained), `position` gives its problems back to the resumed run.
-                ckpt.save(
-                    step,
-                    _trainer_states(trained),
-                    HostState(step, updates, class_state, position).to_dict(),
-                )
-                point.saved()
-            if collapsed:
-                self.collapsed_at = step
-                log.error("stopped after step %d and saved it (verifier.collapse_guard=stop)", step)
-                break
-            if stop and step < sched.total_steps:  # at the last step: the run is done
-                self.stopped_at = step
-                log.warning(
-                    "stopped after step %d (%s) and saved it; launch the same command to resume",
-                    step,
-                    self.stop.signal_name or "a signal to another process",
-                )
-                break
-        return final
+        # Where a checkpoint of this step resumes the data: after every batch it consumed.
+        positions = run.streams.positions()
+        run.ahead = ahead = self._prefetch(run, step) if self._prefetch_due(step) else None
+        if phase.kind is Kind.GENERATOR:
+            warmup = self.schedule.generator_warmup_steps
+            update_index = run.updates[Kind.GENERATOR.value] - warmup
+            out = generator_step(
+                run.ctx, rollouts, update_index=update_index, timer=self.timer, during_update=ahead
+            )
+        else:
+            out, run.class_state = verifier_step(
+                run.ctx,
+                rollouts,
+                class_state=run.class_state,
+                timer=self.timer,
+                during_update=ahead,
+            )
+        if self.cfg.overlap_rollouts:
+            out["rollout/prefetched"] = float(prefetched)
+            out |= ahead.metrics() if ahead is not None else {}
+        run.updates[phase.kind.value] += 1
+        return out, positions
+
+    def _after_step(self, run: RunState, step: int, out: dict[str, float], positions) -> bool:
+        """The checks, evaluation, logging and saving that follow a step; True: stop here."""
+        phase = self.schedule.phase(step)
+        role = phase.kind.value
+        # Before anything of this step is written or saved: a saved step is a good one.
+        check_finite(out, role=role, step=step, checkpointer=run.ckpt)
+        self._check_divergence(out, run.trained[phase.kind], step, run.norms, run.ckpt)
+        collapsed = phase.kind is Kind.VERIFIER and self._collapsed(out, step)
+        for r in (run.ctx.generator, run.ctx.verifier):  # vLLM: restarts, retries, drops
+            if r is not None:
+                out |= {f"{r.name}/{k}": v for k, v in r.sampler.metrics().items()}
+        out |= self.timer.metrics()
+        out |= {f"schedule/{k}_updates": n for k, n in run.updates.items()}
+        if self._eval_due(step, phase, run.updates):
+            run.final = self._evaluate(run.ctx, run.eval_problems)
+            out |= run.final
+        run.metrics.write(step, out, phase=role + ("_warmup" if phase.warmup else ""))
+        total = self.schedule.total_steps
+        summary = _summary(out, phase.kind)
+        log.info("step %d/%d %s %s | %s", step, total, role, summary, run.clock.eta(step))
+        stop, timed = run.point.agree()  # the same on every process
+        if stop or timed or collapsed or self._save_due(step):
+            # With a prefetch in flight (time or signal checkpoints only: scheduled steps
+            # are drained), `positions` give its problems back to the resumed run.
+            state = HostState(step, run.updates, run.class_state, *positions)
+            run.ckpt.save(step, _trainer_states(run.trained), state.to_dict())
+            run.point.saved()
+        if collapsed:
+            self.collapsed_at = step
+            log.error("stopped after step %d and saved it (verifier.collapse_guard=stop)", step)
+            return True
+        if stop and step < total:  # at the last step: the run is done
+            self.stopped_at = step
+            log.warning(
+                "stopped after step %d (%s) and saved it; launch the same command to resume",
+                step,
+                self.stop.signal_name or "a signal to another process",
+            )
+            return True
+        return False
 
     def _collapsed(self, out: dict[str, float], step: int) -> bool:
         """Feeds the verifier step's verdicts to the collapse guard: warns when it trips (once
@@ -419,16 +465,16 @@ class TangoLoop:
             and not self._save_due(step)
         )
 
-    def _prefetch(self, ctx: StepContext, step: int, stream) -> Prefetch:
+    def _prefetch(self, run: RunState, step: int) -> Prefetch:
         """Step `step + 1`'s collection, planned now (its problems taken from the stream).
         In a background thread when every sampler is a vLLM service; else right before the
         update (the embedded sampler shares the trainer's arrays and devices)."""
-        nxt, phase = step + 1, self.schedule.phase(step + 1)
+        nxt, phase, ctx = step + 1, self.schedule.phase(step + 1), run.ctx
         roles = [r for r in (ctx.generator, ctx.verifier) if r is not None]
         background = all(r.config.sampler.backend is SamplerBackend.VLLM for r in roles)
         return Prefetch(
             nxt,
-            StepBatches(stream),
+            StepBatches(run.streams.for_phase(phase)),
             lambda batches, timer: collect(
                 ctx, batches.first, more=batches.extra, global_step=nxt, phase=phase, timer=timer
             ),

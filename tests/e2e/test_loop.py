@@ -608,6 +608,6 @@ def test_file_data_drops_prompts_longer_than_max_prompt_len(tmp_path):
     data = dataclasses.replace(
         cfg.data, source=DataSource.JSONL, train_path=str(path), eval_path=str(path)
     )
-    stream, evals = _loop(dataclasses.replace(cfg, data=data))._data(None)
-    assert [p.question for p in stream.problems] == [rows[0]["question"]] * 3
+    streams, evals = _loop(dataclasses.replace(cfg, data=data))._data(None)
+    assert [p.question for p in streams.generator.problems] == [rows[0]["question"]] * 3
     assert [p.question for p in evals] == [rows[0]["question"]] * 3

@@ -50,8 +50,9 @@ def test_a_short_run_on_own_jsonl_data_its_console_lines_and_evaluate_on_the_fil
     assert [r["step"] for r in rows] == [0, 1, 2, 3, 4, 5]
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert saved["data"]["source"] == "jsonl" and saved["data"]["answer_field"] == "meta.gold"
-    stream, evals = loop._data(None)  # what the run trained and evaluated on: the files
-    assert sorted(p.question for p in stream.problems) == sorted(r["problem"] for r in records[:16])
+    streams, evals = loop._data(None)  # what the run trained and evaluated on: the files
+    trained_on = sorted(p.question for p in streams.generator.problems)
+    assert trained_on == sorted(r["problem"] for r in records[:16])
     assert [(p.question, p.answer) for p in evals] == [
         (r["problem"], str(r["meta"]["gold"]))
         for r in records[16:20]  # data.eval_size=4
