@@ -298,8 +298,9 @@ def _defaults() -> dict[str, Any]:
 
 def config_changes(saved: dict, new: dict) -> list[str]:
     """Dotted fields of `new` whose values differ from `saved` (both `to_dict` configs). A
-    field `saved` lacks (added to the schema after the run started) counts at its default; one
-    only `saved` has (since removed) is ignored: it can no longer change the run."""
+    field `saved` lacks (one the schema has and the saved config does not) counts at its
+    default; one only `saved` has (no longer in the schema) is ignored: it cannot change the
+    run."""
     a, b = _defaults() | _flat(saved), _flat(new)
     return sorted(k for k in b if a.get(k, KeyError) != b[k])
 

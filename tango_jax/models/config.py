@@ -77,9 +77,10 @@ class ModelConfig:
     time against the keys up to the block's end (skips the upper triangle, keeps the scores
     cache-sized; 11-13% faster train steps on a CPU). "cudnn": cuDNN's fused flash attention
     (`jax.nn.dot_product_attention(implementation="cudnn")`; NVIDIA GPUs, bf16/fp16, head_dim a
-    multiple of 8 up to 128). "auto": cudnn where those hold, xla_blocked on CPUs, else xla.
-    On an H100 at 4096 tokens the xla kernel made the Qwen2.5-0.5B step 4.3x slower than
-    PyTorch's SDPA. All give the same numbers for every query that sees at least one key.
+    multiple of 8 up to 128). "auto": cudnn where those hold (the materialised scores of "xla"
+    are what made a long-sequence GPU step slow: docs/benchmarks.md, "On one GPU"),
+    xla_blocked on CPUs, else xla. All give the same numbers for every query that sees at
+    least one key.
 
     Fused variants (off by default until a GPU measurement says they help; each gives the
     same numbers up to float rounding, tests/models/test_fused_layers.py; A/B on a GPU with

@@ -147,11 +147,10 @@ def attention_block(config: ModelConfig, length: int) -> int:
 
     "xla_blocked" ("auto" on a CPU) runs the causal attention of a plain forward `block`
     queries at a time against the keys up to the block's end: the upper triangle's blocks are
-    skipped and each block's scores stay cache-sized. On a 2-core CPU (2026-11-26, in-process
-    A/B against "xla") the train step got 11% faster for the tiny model (32 x 160 and its RL
-    shape 64 x 352 at micro-batch 8) and 13% for a 22.8M Qwen2 at 8 x 256. Blocks of 64 tokens,
-    at most 16 of them (a longer sequence gets longer blocks, multiples of 64: every block is a
-    separate piece of the compiled program).
+    skipped and each block's scores stay cache-sized, which makes CPU train steps faster
+    (docs/benchmarks.md, "On the CPU"). Blocks of 64 tokens, at most 16 of them (a longer
+    sequence gets longer blocks, multiples of 64: every block is a separate piece of the
+    compiled program).
     """
     blocked = config.attention == "xla_blocked" or (
         config.attention == "auto" and jax.default_backend() == "cpu"

@@ -238,8 +238,8 @@ def head_logits(h_BxCxD: jax.Array, w_DxV: jax.Array) -> jax.Array:
     The backward rounds the float32 cotangent to the operands' dtype before its two matmuls
     (dh = g @ wᵀ, dw = hᵀ @ g, both accumulated in float32), so with bf16 operands they run on
     the bf16 matrix units, as every other matmul of a mixed-precision step does; left to
-    autodiff, the float32 cotangent promoted both to float32 (TF32 on GPUs: 11% of a
-    Qwen2.5-0.5B step on an H100). With float32 operands nothing is rounded.
+    autodiff, the float32 cotangent promoted both to float32 (TF32 on GPUs, a measurable share
+    of a GPU step: docs/benchmarks.md, "On one GPU"). With float32 operands nothing is rounded.
     """
     return dense(h_BxCxD, w_DxV, preferred_element_type=jnp.float32)
 
