@@ -51,6 +51,11 @@ class SFTStage:
     # than recompute them; one that starts from a generator that can already do the arithmetic
     # recomputes (docs/miniature.md). Needs the two models to share architecture and tokenizer.
     start_from_generator: bool = False
+    # Verifier only: every batch half examples whose verdict is CORRECT and half INCORRECT
+    # (each half drawn at random from its class), so the SFT start is not tilted towards one
+    # verdict by which examples a seed happens to draw (docs/verifier.md). False: drawn at
+    # random from all examples.
+    balance_verdicts: bool = False
 
     def __post_init__(self):
         apply_derived(self)
@@ -69,6 +74,11 @@ class SFTConfig:
             raise ValueError(
                 "sft.generator.start_from_generator=True: only the verifier can start from the "
                 "generator; set sft.verifier.start_from_generator instead."
+            )
+        if self.generator.balance_verdicts:
+            raise ValueError(
+                "sft.generator.balance_verdicts=True: only the verifier's SFT examples have "
+                "verdicts; set sft.verifier.balance_verdicts instead."
             )
 
     def stage(self, role: Kind) -> SFTStage:

@@ -43,7 +43,7 @@ from tango_jax.run.sft_progress import SFTProgress, saved_sft_step
 from tango_jax.run.signals import StopSignals
 from tango_jax.schema import to_dict
 from tango_jax.tango.kind import Kind
-from tango_jax.text import templates
+from tango_jax.text import formats, templates
 
 if TYPE_CHECKING:
     from jax.sharding import Mesh
@@ -245,6 +245,37 @@ def check_response_lengths(role: str, encoded: Sequence[EncodedPair], max_tokens
         )
 
 
+def _draw(n: int) -> Callable[[np.random.Generator, int], np.ndarray]:
+    """Batches drawn at random from all `n` examples (with replacement only when n < size)."""
+    return lambda rng, size: rng.choice(n, size=size, replace=n < size)
+
+
+def _balanced_draw(
+    role: str, examples: Sequence[SFTPair | tuple[str, str]]
+) -> Callable[[np.random.Generator, int], np.ndarray]:
+    """Batches of half CORRECT-verdict and half INCORRECT-verdict examples (the odd row
+    INCORRECT), each half drawn at random from its class (`sft.<role>.balance_verdicts`)."""
+    verdicts = [formats.parse_verification(e[1]).verdict for e in examples]
+    by_class = [
+        np.flatnonzero([v == label for v in verdicts])
+        for label in (formats.CORRECT, formats.INCORRECT)
+    ]
+    if any(len(c) == 0 for c in by_class):
+        raise ValueError(
+            f"sft.{role}.balance_verdicts: the SFT set has {len(by_class[0])} examples whose "
+            f"verdict is CORRECT and {len(by_class[1])} INCORRECT ({verdicts.count(None)} "
+            "without one); it needs both, or set balance_verdicts=False."
+        )
+
+    def draw(rng: np.random.Generator, size: int) -> np.ndarray:
+        halves = (size // 2, size - size // 2)
+        return np.concatenate([
+            rng.choice(c, size=k, replace=len(c) < k) for c, k in zip(by_class, halves)
+        ])  # fmt: skip
+
+    return draw
+
+
 def run_sft(
     role: str,
     stage: SFTStage,
@@ -282,11 +313,10 @@ def run_sft(
     first = 1 if progress is None else progress.restore(trainer, rng)
     info = ModelInfo.from_model(model, init_path)
     pad = tokenizer.pad_token_id or 0
+    draw = _balanced_draw(role, examples) if stage.balance_verdicts else _draw(len(encoded))
     with Progress(f"sft {role}", total=stage.steps - first + 1) as bar:
         for step in range(first, stage.steps + 1):
-            rows = rng.choice(
-                len(encoded), size=stage.batch_size, replace=len(encoded) < stage.batch_size
-            )
+            rows = draw(rng, stage.batch_size)
             batch = make_batch(
                 [encoded[i].prompt_ids for i in rows],
                 [encoded[i].response_ids for i in rows],

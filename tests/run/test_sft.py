@@ -20,6 +20,7 @@ from tango_jax.data.synthetic import ArithConfig, VerifierAnalysis, VerifierLabe
 from tango_jax.metrics.writer import read_metrics
 from tango_jax.models.tokenizer import tiny_tokenizer
 from tango_jax.parallel.mesh import make_mesh
+from tango_jax.run import sft as sft_module
 from tango_jax.run.sft import SFTPair, check_response_lengths, encode_examples, prepare_rl_start
 from tango_jax.run.sft_progress import SFTStopped
 from tango_jax.run.signals import StopSignals
@@ -166,3 +167,32 @@ def test_a_signal_during_sft_saves_it_and_the_relaunch_continues_it(tmp_path):
     assert [r["step"] for r in rows_b] == [1, 2, 3]
     assert comparable(rows_b) == comparable(rows_a)
     assert not (run_dir / "sft_checkpoints" / "generator").exists()
+
+
+def _verdict_pair(verdict: str) -> SFTPair:
+    return SFTPair("q", f"<final_verification>\\boxed{{{verdict}}}</final_verification>")
+
+
+def test_balanced_verdicts_give_every_batch_half_of_each():
+    """Three CORRECT examples against nine INCORRECT: drawn at random a batch of 8 has 2 CORRECT
+    on average, and many batches have none or 1; balanced, every batch has 4 of each."""
+    examples = [_verdict_pair("CORRECT")] * 3 + [_verdict_pair("INCORRECT")] * 9
+    rng = np.random.default_rng(0)
+    draw = sft_module._balanced_draw("verifier", examples)
+    for _ in range(20):
+        rows = draw(rng, 8)
+        assert all(r < 3 for r in rows[:4]) and all(r >= 3 for r in rows[4:])
+    plain = sft_module._draw(len(examples))
+    counts = [int((plain(rng, 8) < 3).sum()) for _ in range(200)]
+    assert min(counts) <= 1 and np.mean(counts) == pytest.approx(2.0, abs=0.3)
+    odd = draw(rng, 5)  # the odd row is INCORRECT
+    assert (odd < 3).sum() == 2 and (odd >= 3).sum() == 3
+
+
+def test_balanced_verdicts_need_both_verdicts_and_only_the_verifier():
+    with pytest.raises(ValueError, match=r"1 examples whose verdict is CORRECT and 0 INCORRECT"):
+        sft_module._balanced_draw("verifier", [_verdict_pair("CORRECT")])
+    c = base_config()
+    c.sft.generator.balance_verdicts = True
+    with pytest.raises(ValueError, match="sft.verifier.balance_verdicts"):
+        load_run_config(c)
