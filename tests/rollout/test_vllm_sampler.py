@@ -216,7 +216,7 @@ def test_mismatched_world_size_fails_within_timeout_and_sync_recovers(sampler, m
     assert time.monotonic() - t0 < 3.0 + 10.0
     # The worker's old group was replaced by the failed attempt; the next sync notices,
     # rebuilds its group, and lands.
-    metrics = sampler.update_weights(nnx.state(model), version=3)
+    metrics = sampler.update_weights(nnx.state(model), version=sampler.weight_version + 1)
     assert metrics["weight_sync/init_s"] > 0
     assert metrics["weight_sync/verify_max_abs"] < ATOL
 

@@ -133,6 +133,9 @@ class LoopbackClient:
     def update_weight_version(self, version: str):
         self.versions.append(version)
 
+    def reset_prefix_cache(self):
+        self.calls.append("reset")
+
 
 class ListSource(WeightSource):
     def __init__(self, tensors: dict[str, torch.Tensor]):
@@ -287,6 +290,7 @@ def test_weight_sync_failure_names_version_and_recovers(sharded_tiny):
     client.calls.clear()
     sync.sync(nnx.state(model), version=3)
     assert client.calls[0] == "init" and client.versions == ["3"]
+    assert client.calls[-1] == "reset"  # the prefix cache, after the version is recorded
     sync.close()
 
 
