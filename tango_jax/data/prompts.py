@@ -35,10 +35,11 @@ __all__ += ["read_problems"]
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
     # synthetic (generated arithmetic; no files) | last_letter (generated last-letter lists,
-    # docs/last_letter.md) | jsonl (your own JSONL / JSON / parquet file) | eurus2 | custom (a
-    # task of your own, data.task; data/tasks.py). Never inferred: a train_path, eval_path or
-    # field name set while the source is a generated one is an error naming
-    # --config.data.source=jsonl (docs/data.md).
+    # docs/last_letter.md) | line_chains (the arithmetic chains of data.arith answered one
+    # operation per line, docs/claim2_real.md) | jsonl (your own JSONL / JSON / parquet file)
+    # | eurus2 | custom (a task of your own, data.task; data/tasks.py). Never inferred: a
+    # train_path, eval_path or field name set while the source is a generated one is an error
+    # naming --config.data.source=jsonl (docs/data.md).
     source: DataSource = DataSource.SYNTHETIC
     train_path: str = ""  # jsonl / eurus2: local file or glob (no hub downloads at run time)
     eval_path: str = ""  # jsonl / eurus2: the held-out file (synthetic: generated)
@@ -54,7 +55,7 @@ class DataConfig:
     # GRPO run with the same seed (paired studies; run/prompt_streams.py).
     verifier_stream: bool = False
     prompt_style: PromptStyle = PromptStyle.FULL  # full (the paper's) | compact (tiny configs)
-    arith: ArithConfig = ArithConfig()  # the synthetic task (data/synthetic.py)
+    arith: ArithConfig = ArithConfig()  # the synthetic and line_chains tasks (data/synthetic.py)
     letters: LetterConfig = LetterConfig()  # the last-letter task (data/last_letter.py)
     # Files with the user's own prompt templates per role and variant (the official ones, say),
     # replacing prompt_style's built-ins; "" = built in (text/template_files.py, docs/config.md).

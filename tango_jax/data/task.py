@@ -5,8 +5,9 @@ A task gives the run's problems (the endless training stream and the held-out sp
 check of an answer (`reward_kind`), and, where it knows them, its labelled data: the SFT sets of
 both roles, the step truth of any written solution, the miniature ProcessBench, the verifier's
 step analyses and length buckets. The built-in tasks are the arithmetic chains
-(`synthetic_labels.ArithmeticTask`), the last letters (`last_letter_labels.LetterTask`) and a
-file of one's own (`file_task.FileTask`); `tasks.task_of` finds a run's task from its config,
+(`synthetic_labels.ArithmeticTask`), the last letters (`last_letter_labels.LetterTask`), the
+chains answered line by line (`line_chains.LineChainTask`) and a file of one's own
+(`file_task.FileTask`); `tasks.task_of` finds a run's task from its config,
 including one of your own (`data.source=custom`, `data.task="module:factory"`).
 
 A generated task with step truth subclasses `GeneratedTask`: it says how to draw a problem, a
@@ -34,6 +35,9 @@ class DataSource(enum.Enum):
     LAST_LETTER = (
         "last_letter"  # tango_jax.data.last_letter concatenation (configs/tiny_letters.py)
     )
+    # tango_jax.data.line_chains: the arithmetic chains answered one operation per line, by
+    # an instruct model in its own words (configs/smollm2_line_chains.py)
+    LINE_CHAINS = "line_chains"
     JSONL = "jsonl"  # local JSONL/parquet with question/answer fields
     EURUS2 = "eurus2"  # local copy of PRIME-RL/Eurus-2-RL-Data (math subset)
     CUSTOM = "custom"  # a task of your own, named by data.task ("module:factory")
@@ -42,7 +46,12 @@ class DataSource(enum.Enum):
     def generated(self) -> bool:
         """A task generated in code: no files (its problems, SFT sets and step truth, if any,
         come from the task)."""
-        return self in (DataSource.SYNTHETIC, DataSource.LAST_LETTER, DataSource.CUSTOM)
+        return self in (
+            DataSource.SYNTHETIC,
+            DataSource.LAST_LETTER,
+            DataSource.LINE_CHAINS,
+            DataSource.CUSTOM,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,13 +140,14 @@ def step_judgment_spans(transcript: str) -> tuple[tuple[int, int], ...]:
     return tuple(m.span(1) for m in _STEP_JUDGMENT.finditer(transcript))
 
 
-def as_process_items(solutions) -> list[ProcessItem]:
+def as_process_items(solutions, text: Callable[[Any], str] | None = None) -> list[ProcessItem]:
     """Solutions of a generated task (`.problem.question`, `.text`, `.steps`, `.first_error`)
-    as ProcessBench items."""
+    as ProcessBench items; `text(solution)`: the solution as the verifier is shown it (default
+    `.text`)."""
     return [
         ProcessItem(
             s.problem.question,
-            s.text,
+            s.text if text is None else text(s),
             len(s.steps),
             NO_ERROR if s.first_error is None else s.first_error,
         )
@@ -176,7 +186,8 @@ class GeneratedTask(abc.ABC):
     * `verification_transcript(solution, seed)` and `unlabelled(correct)`: the verifier's
       outcome-labelled target, and whether its step judgments carry no loss (K > 1 steps);
     * `held_out_problems`, `stream`, `process_bench`, `parse`, `solution_first_error`,
-      `step_analyses`, `bucket`.
+      `step_analyses`, `bucket`, and, where its replies are not tagged,
+      `shown_to_verifier`.
     """
 
     source: str = ""
@@ -215,7 +226,8 @@ class GeneratedTask(abc.ABC):
                 continue
             problem, correct = case
             solution = self.solution(problem, correct, seed)
-            prompt = templates.render_verifier_prompt(problem.question, solution.text, style=style)
+            shown = self.shown_to_verifier(solution)
+            prompt = templates.render_verifier_prompt(problem.question, shown, style=style)
             transcript = self.verification_transcript(solution, seed)
             many = len(solution.steps) > 1
             no_loss = step_judgment_spans(transcript) if many and self.unlabelled(correct) else ()
@@ -232,7 +244,13 @@ class GeneratedTask(abc.ABC):
     # -- step truth
 
     def process_items(self, n: int, *, seed: int) -> list[ProcessItem]:
-        return as_process_items(self.process_bench(n, seed=seed))
+        return as_process_items(self.process_bench(n, seed=seed), self.shown_to_verifier)
+
+    def shown_to_verifier(self, solution) -> str:
+        """A solution as the verifier's prompt shows it (SFT and ProcessBench items): its text,
+        which is already tagged in the generator format; a task whose replies are split into
+        lines (`data.step_split = "lines"`) shows them as <step> lines instead."""
+        return solution.text
 
     def first_error(self, problem: Problem, steps: Sequence[str]) -> int | None:
         parsed = self.parse(problem.question)

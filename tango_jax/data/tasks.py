@@ -3,6 +3,7 @@
 
     data.source = synthetic     the arithmetic chains  (synthetic_labels.ArithmeticTask)
                   last_letter   the last letters        (last_letter_labels.LetterTask)
+                  line_chains   the chains, one line a step (line_chains.LineChainTask)
                   jsonl, eurus2 a file of your own      (file_task.FileTask)
                   custom        your own: data.task = "module:factory", factory(data) -> task
 
@@ -20,6 +21,7 @@ from typing import Any
 
 from tango_jax.data.file_task import FileTask
 from tango_jax.data.last_letter_labels import LetterTask
+from tango_jax.data.line_chains import LineChainTask
 from tango_jax.data.synthetic_labels import ArithmeticTask
 from tango_jax.data.task import DataSource, Task
 from tango_jax.schema import ConfigError
@@ -27,12 +29,15 @@ from tango_jax.schema import ConfigError
 BUILT_IN = {
     DataSource.SYNTHETIC: lambda data: ArithmeticTask(data.arith),
     DataSource.LAST_LETTER: lambda data: LetterTask(data.letters),
+    DataSource.LINE_CHAINS: lambda data: LineChainTask(data.arith),
     DataSource.JSONL: FileTask,
     DataSource.EURUS2: FileTask,
 }
 # The tasks whose problems carry a known `Problem.source`: built in, and every custom task
 # made so far in this process (`task_of` adds it).
-_BY_SOURCE: dict[str, Task] = {t.source: t for t in (ArithmeticTask(), LetterTask())}
+_BY_SOURCE: dict[str, Task] = {
+    t.source: t for t in (ArithmeticTask(), LetterTask(), LineChainTask())
+}
 
 
 @functools.cache
