@@ -3,7 +3,7 @@
 The generator starts from its SFT (configs/sft_qwen2_5_math_7b.py with
 --config.generator.model.path=models/Llama-3.1-8B-Instruct); the verifier from
 Llama-3.1-8B-Instruct itself. Everything else as configs/tango_qwen2_5_math_7b.py, whose
-docstring shows how to launch the vLLM servers. Memory (`python scripts/bench/check_memory.py
+docstring shows how to launch the vLLM servers. Memory (`python -m tango_jax.plan_memory
 --config configs/tango_llama3_1_8b.py`, docs/scaling.md): on one 8-GPU training node the
 verifier step needs ~92 GB per device even at 1 row per GPU, so train on H200s (141 GB) or
 expect to run out of memory on 80 GB GPUs.

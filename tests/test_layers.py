@@ -17,7 +17,7 @@ package; the commands at the top may import each other):
     run                                  the loop and its steps
     eval                                 offline evaluation and analysis
     study                                the seed studies (`python -m tango_jax.study`)
-    train, evaluate, export, ...         the commands
+    train, evaluate, plan_memory, ...    the commands (top-level modules but schema)
 
 Every import counts, at module level, inside a function or under `if TYPE_CHECKING:` (a
 type-only import that runs upward or closes a circle marks a misplaced name). There is no
@@ -156,6 +156,14 @@ def test_the_graph_sees_the_package():
     assert "tango_jax.rl.batch" in GRAPH["tango_jax.rl.trainer"]
     assert "tango_jax.run.steps" in GRAPH["tango_jax.run.loop"]
     assert "tango_jax.text.formats" in GRAPH["tango_jax.data.synthetic"]
+    # A command at the top: the memory plan reads the run config and both plans below it.
+    assert rank("tango_jax.plan_memory") == len(LAYERS)
+    plan = GRAPH["tango_jax.plan_memory"]
+    assert {
+        "tango_jax.config.cli",
+        "tango_jax.rl.memory_plan",
+        "tango_jax.rollout.memory_plan",
+    } <= plan
     # A type-only import counts (tango_jax.run.steps imports Prefetch under TYPE_CHECKING).
     assert "tango_jax.run.overlap" in GRAPH["tango_jax.run.steps"]
 

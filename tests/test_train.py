@@ -105,8 +105,16 @@ def test_dry_run_prints_the_resolved_config_and_writes_nothing(tmp_path):
             "config error: config.data.train_path ('') is required with data.source='jsonl': "
             "pass --config.data.train_path=FILE",
         ),
+        (
+            [TINY, "--config.schedule.total_steps=2"],  # issue 67: the 40 warm-up steps
+            "config error: config.schedule: schedule.total_steps (2) must exceed the warm-ups: "
+            "steps 1-40 are verifier warm-up (schedule.verifier_warmup_steps), so the generator "
+            "is not trained in this run; for a short run lower the warm-up too "
+            "(--config.schedule.verifier_warmup_steps=1), give more than 40 steps, or 0 for an "
+            "SFT-only run.",
+        ),
     ],
-    ids=["variant", "config-file", "list", "data-source", "no-train-path"],
+    ids=["variant", "config-file", "list", "data-source", "no-train-path", "short-warm-up"],
 )
 def test_command_line_mistakes_are_one_line_naming_the_fix(tmp_path, args, message):
     run = _train("--config", *args, f"--config.run_dir={tmp_path / 'run'}")
@@ -276,3 +284,25 @@ def test_prompts_all_too_long_are_refused_before_anything_is_written(tmp_path, s
     assert "Traceback" not in run.stderr
     assert not fresh.exists()
     assert _listing(tmp_path) == before
+
+
+def test_a_note_about_the_data_is_said_once_per_command(tmp_path):
+    """Issue 67: data.eval_size above the held-out file's records is a note, not a refusal; it
+    was printed twice by a run (the command's pre-run checks, then the loop's own). Said once
+    by the dry run and once by the run (refused here after the loop's checks, as its prompts
+    are all too long: the same lines a run that trains prints first)."""
+    long = {"question": "Add " + " and ".join(["7"] * 300) + ".", "answer": "2100"}
+    data = _jsonl(tmp_path / "long.jsonl", [long] * 4)
+    flags = [
+        "--config.data.source=jsonl",
+        f"--config.data.train_path={data}",
+        f"--config.data.eval_path={data}",
+        *_four_prompts(),
+    ]
+    note = f"data.eval_size (128) is more than the 4 records of data.eval_path ({data})"
+    dry = _train("--config", TINY, f"--config.run_dir={tmp_path / 'run'}", *flags, "--dry_run")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert dry.stderr.count(note) == 1, dry.stderr
+    run = _train("--config", TINY, f"--config.run_dir={tmp_path / 'run'}", *flags)
+    assert run.returncode == 1 and "every train problem's prompt is longer" in run.stderr
+    assert (run.stdout + run.stderr).count(note) == 1, run.stdout

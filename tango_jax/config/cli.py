@@ -1,5 +1,6 @@
 """The training command's front door: its help, the field listing, the config file check and
-list-valued overrides, all before absl and ml_collections see the command line.
+list-valued overrides, all before absl and ml_collections see the command line
+(`parse_config_flags`, shared by every command that reads a run config: train, plan_memory).
 
     python -m tango_jax.train --help                                          # usage(), exit 0
     python -m tango_jax.train --config configs/tiny_arith.py --list_fields    # field_lines()
@@ -114,6 +115,58 @@ def check_config_file(spec: str) -> None:
         module.get_config() if arg is None else module.get_config(arg)
     except ValueError as e:  # the config's own check of its variant string
         raise ConfigError(f"--config={spec}: {e}") from None
+
+
+def config_spec(argv: Sequence[str]) -> str | None:
+    """The value of `--config FILE[:VARIANT]` / `--config=FILE[:VARIANT]` in `argv`, if given."""
+    for i, arg in enumerate(argv[1:], 1):
+        name, eq, value = arg.lstrip("-").partition("=")
+        if arg.startswith("-") and name == "config":
+            return value if eq else (argv[i + 1] if i + 1 < len(argv) else None)
+    return None
+
+
+def override_paths(argv: Sequence[str]) -> list[tuple[str, str]]:
+    """(flag as given, field path) of each `--config.a.b[=v]` / `--noconfig.a.b` argument."""
+    out = []
+    for arg in argv[1:]:
+        name = arg.lstrip("-").split("=", 1)[0]
+        for prefix in ("config.", "noconfig."):
+            if arg.startswith("-") and name.startswith(prefix):
+                out.append((f"--{name}", name.removeprefix(prefix)))
+    return out
+
+
+def parse_config_flags(argv: Sequence[str]) -> list[str]:
+    """absl's parse of the command line of a command that reads a run config (`--config
+    FILE[:VARIANT] [--config.a.b=VALUE ...]`: train, plan_memory), checked first: the config
+    file and its variant (`check_config_file`), every override's field path against
+    `RunConfig` (a misspelt field with its close matches), list values in the syntax users
+    write (`normalise_sequences`), a value of the wrong type. Every mistake is a ConfigError of
+    one line naming the fix, never ml_collections' or absl's traceback. Imports JAX (every
+    config file does): seconds."""
+    from absl import flags
+
+    from tango_jax.schema import UnknownFieldError
+
+    spec = config_spec(argv)
+    if spec is not None:
+        check_config_file(spec)
+    from tango_jax.config.run import RunConfig
+
+    for flag, path in override_paths(argv):
+        try:
+            check_path(RunConfig, path, root=flag.removesuffix(f".{path}"))
+        except UnknownFieldError as e:
+            hint = f"; did you mean {e.hint}?" if e.suggestions else "."
+            raise ConfigError(
+                f"{flag}: unknown field{hint} Known fields of {e.group}: {', '.join(e.known)}."
+            ) from None
+    argv = normalise_sequences(argv, RunConfig)
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as e:  # a value of the wrong type
+        raise ConfigError(str(e)) from None
 
 
 # --- list-valued overrides ----------------------------------------------------------------------

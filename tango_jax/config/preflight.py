@@ -79,11 +79,14 @@ RESUME_MAY_CHANGE: tuple[str, ...] = (
 )
 
 
-def check(cfg: RunConfig) -> None:
-    """All the checks below; writes nothing."""
-    check_paths(cfg)
+def check(cfg: RunConfig) -> list[str]:
+    """All the checks below; writes nothing. Returns the notes: what is worth saying but not
+    refusing (`check_paths`), said by the caller that goes on to run, so that a run says each
+    once although both the command and the loop check (train.py, run/loop.py)."""
+    notes = check_paths(cfg)
     check_keys(cfg)
     check_run_dir(cfg)
+    return notes
 
 
 def check_keys(cfg: RunConfig) -> None:
@@ -195,8 +198,10 @@ def _check_data_file(field: str, pattern: str) -> None:
         _fail(field, pattern, f"includes empty files {empty}.")
 
 
-def check_paths(cfg: RunConfig) -> None:
-    """Every path the run will read, for every role it loads and every stage it runs."""
+def check_paths(cfg: RunConfig) -> list[str]:
+    """Every path the run will read, for every role it loads and every stage it runs; returns
+    the notes (a held-out file smaller than data.eval_size: a cap, not a requirement)."""
+    notes = []
     for kind in enabled_roles(cfg):
         path = cfg.role(kind).model.path
         if path and kind is Kind.VERIFIER and cfg.sft.verifier.start_from_generator:
@@ -253,20 +258,18 @@ def check_paths(cfg: RunConfig) -> None:
                 f"{records['train']}) or add records.",
             )
         if records["eval"] < cfg.data.eval_size:  # a cap, not a requirement: said, not refused
-            log.warning(
-                "data.eval_size (%d) is more than the %d records of data.eval_path (%s): each "
-                "held-out evaluation uses all %d (pass --config.data.eval_size=%d to say so)",
-                cfg.data.eval_size,
-                records["eval"],
-                cfg.data.eval_path,
-                records["eval"],
-                records["eval"],
+            n = records["eval"]
+            notes.append(
+                f"data.eval_size ({cfg.data.eval_size}) is more than the {n} records of "
+                f"data.eval_path ({cfg.data.eval_path}): each held-out evaluation uses all {n} "
+                f"(pass --config.data.eval_size={n} to say so)"
             )
     task_of(cfg.data)  # a task of one's own (data.task) imports and is made
     load_templates(cfg.data.prompt_style, cfg.data.template_files)  # files exist and check out
     if cfg.data.reward:  # imports, and is a function of (completion, answer, question)
         reward_function.load(cfg.data.reward)
     check_installed(cfg.wandb)  # W&B logging on: the package is there
+    return notes
 
 
 # --- the run directory -------------------------------------------------------------------------

@@ -7,6 +7,7 @@
     eval_table(runs)        # {run: {metric: (first value, last value)}}
     print(rollout_text("runs/tiny_arith", rows=3))   # a few rows of the rollout log
 
+    print(data_table(runs, run_dirs))   # `evaluate --data` results beside the run's held-out
     evals = load_evaluations(find_evaluations({"tango": "runs/tiny_arith"}))
     print(table1(evals))    # `python -m tango_jax.evaluate` outputs: one row per evaluation
     print(table3(evals))
@@ -330,14 +331,24 @@ def location_lines(run: Run, labels: Sequence[int], num_steps: Sequence[int]) ->
 #
 # An evaluation's out_dir (default run_dir/eval/<step>) holds results.json ({"generator":
 # {"model", <benchmark>: {"accuracy", "correct", "total", ...}, "math_avg", "ood_avg"},
-# "verifier": {"model", <split>: {"f1", "acc_erroneous", "acc_correct", ...}, "avg_f1"}}),
-# table1.md, table3.md, and one JSON line per problem in generator/<benchmark>.jsonl and
+# "verifier": {"model", <split>: {"f1", "acc_erroneous", "acc_correct", ...}, "avg_f1"},
+# "data": {"model", "file", "reward", "problems", "greedy_pass@1", "sampled_pass@1",
+# "samples", ...}}: each part only when that evaluation ran), table1.md, table3.md, data.md,
+# and one JSON line per benchmark problem in generator/<benchmark>.jsonl and
 # verifier/<split>.jsonl.
 
 RESULTS_FILE = "results.json"
 # Table 3 and the verifier diagnostics of evaluations without verifier results (GRPO runs; or
 # `--process_bench none`).
 NO_VERIFIER_RESULTS = "no verifier results (a run without a verifier, or ProcessBench not run)\n"
+# Table 1 and the generator diagnostics of evaluations without benchmark results (`--data`
+# alone evaluates none: `data_table` shows those).
+NO_BENCHMARK_RESULTS = "no benchmark results (`evaluate --data` runs none: see the data table)\n"
+# The data table when no run has `--data` results.
+NO_DATA_RESULTS = (
+    "no `evaluate --data` results yet: python -m tango_jax.evaluate --run_dir RUN --step final "
+    "--data FILE\n"
+)
 
 
 def _step_order(label: str) -> tuple[int, int]:
@@ -355,10 +366,16 @@ def find_evaluations(run_dirs: Mapping[str, str | os.PathLike]) -> dict[str, Pat
     run_dir/eval/ that wrote its results, in step order (start, step_N..., final)."""
     found = {}
     for name, run_dir in run_dirs.items():
-        evals = [p.parent for p in Path(run_dir).glob(f"eval/*/{RESULTS_FILE}")]
-        for out_dir in sorted(evals, key=lambda p: (_step_order(p.name), p.name)):
-            found[f"{name} {out_dir.name}"] = out_dir
+        for step, out_dir in _evaluation_dirs(run_dir):
+            found[f"{name} {step}"] = out_dir
     return found
+
+
+def _evaluation_dirs(run_dir: str | os.PathLike) -> list[tuple[str, Path]]:
+    """(step label, out_dir) of each evaluation under run_dir/eval/ with results, in step
+    order."""
+    evals = [p.parent for p in Path(run_dir).glob(f"eval/*/{RESULTS_FILE}")]
+    return [(p.name, p) for p in sorted(evals, key=lambda p: (_step_order(p.name), p.name))]
 
 
 def load_evaluation(out_dir: str | os.PathLike) -> dict[str, Any]:
@@ -406,6 +423,8 @@ def table1(evals: Mapping[str, Mapping[str, Any]], *, reference: bool = True) ->
                 g.get(k)["accuracy"] if isinstance(g.get(k), dict) else g.get(k) for k, _ in cols
             ]
             rows.append([name, *(_pct(c) for c in cells)])
+    if not rows:
+        return NO_BENCHMARK_RESULTS
     if reference:
         rows.append(["TANGO-Qwen-7B (paper)", *(f"{R.PAPER_TABLE1[k]:.1f}" for k, _ in cols)])
     return _table(["Evaluation", *(h for _, h in cols)], rows)
@@ -449,6 +468,8 @@ def generator_diagnostics(evals: Mapping[str, Mapping[str, Any]]) -> str:
                         _pct(np.mean([r["finish_reason"] == "length" for r in recs])),
                     ]
                 )
+    if not rows:
+        return NO_BENCHMARK_RESULTS
     header = ["Evaluation", "benchmark", "problems", "pass@1", "format", "tokens", "truncated"]
     return _table(header, rows)
 
@@ -479,6 +500,57 @@ def verifier_diagnostics(evals: Mapping[str, Mapping[str, Any]]) -> str:
         return NO_VERIFIER_RESULTS
     header = ["Evaluation", "split", "erroneous / correct", "acc. err.", "acc. corr.", "F1"]
     return _table([*header, "unreadable", "K match"], rows)
+
+
+def _last(run: Run, metric: str) -> tuple[int, float] | None:
+    steps, values = series(run, metric)
+    return (int(steps[-1]), float(values[-1])) if values.size else None
+
+
+def _held_out(run: Run) -> str:
+    """The run's last held-out evaluation during training: 'greedy / sampled (step N)'."""
+    greedy = _last(run, "eval/generator/accuracy")
+    sampled = _last(run, "eval/generator/sampled_accuracy")
+    if greedy is None:
+        return "not logged"
+    cells = [f"{greedy[1]:.3f}"] + ([f"{sampled[1]:.3f}"] if sampled else ["-"])
+    return f"{' / '.join(cells)} (step {greedy[0]})"
+
+
+def data_table(runs: Mapping[str, Run], run_dirs: Mapping[str, str | os.PathLike]) -> str:
+    """`python -m tango_jax.evaluate --data` results of each run (every run_dir/eval/<step>/
+    whose results.json has them, in step order) beside the run's own held-out evaluation
+    during training (its last greedy / sampled accuracy in metrics.jsonl): one row per
+    evaluation, one row saying "none yet" for a run without any. pass@1 as fractions, like
+    the metrics; sampled with its samples per problem."""
+    rows = []
+    for name, run_dir in run_dirs.items():
+        held_out = _held_out(runs[name]) if name in runs else "not logged"
+        found = [
+            (step, json.loads((out_dir / RESULTS_FILE).read_text()).get("data"))
+            for step, out_dir in _evaluation_dirs(run_dir)
+        ]
+        found = [(step, d) for step, d in found if d]
+        if not found:
+            rows.append([name, held_out, "none yet", *["-"] * 5])
+        for step, d in found:
+            sampled = f"{d['sampled_pass@1']:.3f} ({d['samples']})" if "samples" in d else "-"
+            rows.append(
+                [
+                    name,
+                    held_out,
+                    step,
+                    Path(d["file"]).name,
+                    d["reward"],
+                    str(d["problems"]),
+                    f"{d['greedy_pass@1']:.3f}",
+                    sampled,
+                ]
+            )
+    if all(r[2] == "none yet" for r in rows):
+        return NO_DATA_RESULTS
+    header = ["run", "held-out in training: greedy / sampled", "evaluate --data", "file"]
+    return _table([*header, "reward", "problems", "greedy pass@1", "sampled pass@1 (n)"], rows)
 
 
 # --- rollout logs (run_dir/rollouts/, config log_rollouts) ------------------------------------

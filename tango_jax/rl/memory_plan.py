@@ -15,7 +15,7 @@ batch), outputs, the part of the outputs aliased to donated arguments, and tempo
 
 The plan is the backend's own: on simulated CPU devices it is the CPU compiler's, whose
 fusion and buffer assignment differ from the GPU compiler's (and CPU may widen bf16 math to
-f32), so it approximates a GPU's; `scripts/bench/check_memory.py` prints it next to the GPU budgets.
+f32), so it approximates a GPU's; `python -m tango_jax.plan_memory` prints it beside GPU sizes.
 
 `linear_fit` extrapolates a plan measured at two depths to the model's full depth: the step is
 an unrolled Python loop over layers, each layer adding the same parameters, optimizer state
@@ -43,7 +43,7 @@ from tango_jax.rl.trainer import optimizer_shardings
 # The CPU backend's default scheduler optimises for concurrency and starts every rematerialised
 # forward early, keeping all layers' recomputed activations alive at once; the
 # memory-minimising one orders the program as a GPU's memory-aware scheduler would.
-# scripts/bench/check_memory.py sets it process-wide through XLA_FLAGS, tests per compile.
+# tango_jax/plan_memory.py sets it process-wide through XLA_FLAGS, tests per compile.
 PLAN_SCHEDULER = {"xla_cpu_enable_concurrency_optimized_scheduler": False}
 
 GB = 1e9  # decimal gigabytes, as GPU memory sizes are quoted (80 GB A100/H100, 141 GB H200)

@@ -5,7 +5,7 @@
 
 The program is the sampler's own (`jax_sampler.generate_program`): prefill and the decode
 loop, with the KV cache created inside it (most of its temporaries). On one device it runs
-between the train steps, beside both models' resident state (scripts/bench/check_memory.py
+between the train steps, beside both models' resident state (python -m tango_jax.plan_memory
 adds them up; `rl.memory_plan` plans the train steps and `rl.memory_plan.linear_fit`
 extrapolates either kind of plan over depth). Like the train-step plan it is the backend's
 own: on simulated CPU devices, the CPU compiler's.

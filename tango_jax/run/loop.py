@@ -166,7 +166,9 @@ class TangoLoop:
 
     def run(self) -> dict[str, float]:
         cfg = self.cfg
-        preflight.check(cfg)  # refuses before anything is written (train.py checked it too)
+        # Refuses before anything is written (train.py checked too, and left the notes to us).
+        for note in preflight.check(cfg):
+            log.warning("%s", note)
         if jax.process_count() > 1:  # every process checked the run_dir before it is written
             multihost_utils.sync_global_devices("tango_jax preflight")
         ckpt_dir = self.run_dir / CHECKPOINT_SUBDIR

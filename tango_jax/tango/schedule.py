@@ -64,18 +64,37 @@ class Schedule:
                 )
         warmups = self.generator_warmup_steps + self.verifier_warmup_steps
         if self.generator_trainable and self.total_steps and self.total_steps <= warmups:
-            raise ValueError(
-                f"schedule.total_steps ({self.total_steps}) must exceed the warm-ups "
-                f"(generator {self.generator_warmup_steps} + verifier "
-                f"{self.verifier_warmup_steps}), or be 0 for an SFT-only run: otherwise the "
-                "generator would never train."
-            )
+            raise ValueError(self._inside_warmups())
         if not self.verifier_trainable and self.verifier_warmup_steps:
             raise ValueError(
                 f"schedule.verifier_warmup_steps ({self.verifier_warmup_steps}) must be 0 when the "
                 "verifier is disabled or frozen (there is no verifier to warm up); otherwise those "
                 "steps would silently shrink the generator's budget."
             )
+
+    def _inside_warmups(self) -> str:
+        """Why a run that ends within its warm-ups is refused, and the fixes (a short run of
+        a Tango config meets this first: the paper's 40 verifier warm-up steps)."""
+        g, v = self.generator_warmup_steps, self.verifier_warmup_steps
+
+        def span(first: int, n: int, role: str) -> str:
+            steps = f"step {first} is" if n == 1 else f"steps {first}-{first + n - 1} are"
+            return f"{steps} {role} warm-up (schedule.{role}_warmup_steps)"
+
+        spans = [span(1, g, "generator")] if g else []
+        spans += [span(g + 1, v, "verifier")] if v else []
+        t = self.total_steps  # the fix: the longest warm-ups that leave the last step a G step
+        if g < t:
+            fix = f"--config.schedule.verifier_warmup_steps={t - g - 1}"
+        else:
+            fix = f"--config.schedule.generator_warmup_steps={t - 1}"
+            fix += " --config.schedule.verifier_warmup_steps=0" if v else ""
+        return (
+            f"schedule.total_steps ({self.total_steps}) must exceed the warm-ups: "
+            f"{' and '.join(spans)}, so the generator is not trained "
+            f"{'past its warm-up ' if g else ''}in this run; for a short run lower the warm-up "
+            f"too ({fix}), give more than {g + v} steps, or 0 for an SFT-only run."
+        )
 
     def phase(self, step: int) -> Phase:
         """The phase of global step `step` (1-based)."""

@@ -17,7 +17,7 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 def test_an_eval_file_smaller_than_eval_size_is_said_once_and_not_refused(tmp_path, caplog):
     """data.eval_size is a cap: a held-out file of 3 records under the tiny config's size is
-    evaluated whole, and the pre-run checks say so in one line with the flag."""
+    evaluated whole, and the pre-run checks give one line with the flag to say."""
     records = [{"question": "Start with 3. Add 4. What is the result?", "answer": "7"}] * 40
     train, held_out = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
     train.write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -27,9 +27,10 @@ def test_an_eval_file_smaller_than_eval_size_is_said_once_and_not_refused(tmp_pa
         cfg.data, source=DataSource.JSONL, train_path=str(train), eval_path=str(held_out)
     )
     caplog.set_level(logging.INFO, logger="tango_jax")
-    preflight.check_paths(dataclasses.replace(cfg, data=data))
-    said = [r.getMessage() for r in caplog.records if "eval_size" in r.getMessage()]
-    assert said == [
+    notes = preflight.check_paths(dataclasses.replace(cfg, data=data))
+    # A note, said by the caller that goes on (once per command: tests/test_train.py)
+    assert not [r for r in caplog.records if "eval_size" in r.getMessage()]
+    assert notes == [
         f"data.eval_size ({data.eval_size}) is more than the 3 records of data.eval_path "
         f"({held_out}): each held-out evaluation uses all 3 (pass --config.data.eval_size=3 to "
         "say so)"

@@ -357,3 +357,109 @@ def test_one_run_is_enough(monkeypatch, capsys):
     namespace = _run_notebook(NOTEBOOK.parent, monkeypatch, runs=[COMPARE_RUNS / "trl_s1"])
     assert list(namespace["runs"]) == ["TRL GRPO (smollm2_addition:grpo)"]
     assert "nan" not in capsys.readouterr().out
+
+
+# --- `evaluate --data` results beside the runs (issue 67) --------------------------------------
+
+
+def _data_results(run_dir: Path, step: str, greedy: float, sampled: float | None) -> Path:
+    """results.json as `python -m tango_jax.evaluate --run_dir RUN --step STEP --data FILE`
+    writes it (eval/own_data.py; tests/test_evaluate.py checks the real command's against
+    `data_table`): the `data` part alone, no benchmark records."""
+    out_dir = run_dir / "eval" / step
+    out_dir.mkdir(parents=True)
+    data = {
+        "model": f"{run_dir} {step}",
+        "file": "tango_jax/assets/addition/eval.jsonl",
+        "reward": "tango_jax.data.addition:last_integer_reward",
+        "problems": 16,
+        "dropped_overlong": 0,
+        "greedy_pass@1": greedy,
+        "format_score": 0.0,
+        "response_len": 8.5,
+    }
+    if sampled is not None:
+        data |= {"sampled_pass@1": sampled, "samples": 8}
+    (out_dir / "results.json").write_text(json.dumps({"data": data, "out_dir": str(out_dir)}))
+    return out_dir
+
+
+def _two_committed_runs(tmp_path: Path) -> dict[str, Path]:
+    """tango_jax_s1 and _s2 of docs/compare_trl/runs (GRPO on SmolLM2, 30 steps, their own
+    held-out file and reward), copied with `evaluate --data` results of their final models:
+    s1 greedy and sampled at its start and end, s2 greedy only at its end."""
+    import shutil
+
+    runs = {}
+    for seed in (1, 2):
+        runs[f"s{seed}"] = tmp_path / f"tango_jax_s{seed}"
+        shutil.copytree(COMPARE_RUNS / f"tango_jax_s{seed}", runs[f"s{seed}"])
+    _data_results(runs["s1"], "start", 0.3125, 0.28125)
+    _data_results(runs["s1"], "final", 0.9375, 0.921875)
+    _data_results(runs["s2"], "final", 0.875, None)
+    return runs
+
+
+EXPECTED_DATA_ROWS = [
+    "| seed 1 | 0.938 / 0.922 (step 30) | start | eval.jsonl | "
+    "tango_jax.data.addition:last_integer_reward | 16 | 0.312 | 0.281 (8) |",
+    "| seed 1 | 0.938 / 0.922 (step 30) | final | eval.jsonl | "
+    "tango_jax.data.addition:last_integer_reward | 16 | 0.938 | 0.922 (8) |",
+]
+
+
+def test_data_evaluations_sit_beside_each_runs_held_out_metrics(tmp_path):
+    runs = _two_committed_runs(tmp_path)
+    chosen, _ = analysis.label_runs([("seed 1", runs["s1"]), ("seed 2", runs["s2"])])
+    loaded = analysis.load_runs(chosen)
+    table = analysis.data_table(loaded, chosen).splitlines()
+    assert table[0] == (
+        "| run | held-out in training: greedy / sampled | evaluate --data | file | reward | "
+        "problems | greedy pass@1 | sampled pass@1 (n) |"
+    )
+    assert table[2:4] == EXPECTED_DATA_ROWS
+    assert table[4].startswith("| seed 2 | ") and table[4].endswith("| 0.875 | - |")
+    assert len(table) == 5
+    # --data alone evaluates no benchmark: said, not an empty table under the paper's row
+    evals = analysis.load_evaluations(analysis.find_evaluations(chosen))
+    assert analysis.table1(evals) == analysis.NO_BENCHMARK_RESULTS
+    assert analysis.generator_diagnostics(evals) == analysis.NO_BENCHMARK_RESULTS
+    none = {"trl": COMPARE_RUNS / "trl_s1"}  # no eval/ at all
+    assert analysis.data_table(analysis.load_runs(none), none) == analysis.NO_DATA_RESULTS
+
+
+def test_the_notebook_runs_headless_in_jupyter_on_two_runs_with_data_evaluations(tmp_path):
+    """notebooks/analysis.ipynb executed top to bottom in a Jupyter kernel (nbclient, as
+    `jupyter nbconvert --execute` runs it), started in notebooks/ as Jupyter starts it, with
+    RUNS set to two committed run records that have `evaluate --data` results: every cell
+    runs, and the data table shows those results beside the runs' training metrics."""
+    nbclient = pytest.importorskip(
+        "nbclient", reason="needs the dev or analysis extra (nbclient, nbformat, ipykernel)"
+    )
+    nbformat = pytest.importorskip("nbformat", reason="needs the dev or analysis extra")
+    pytest.importorskip("ipykernel", reason="needs the dev or analysis extra (the kernel)")
+    runs = _two_committed_runs(tmp_path)
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    first = next(c for c in nb.cells if c.cell_type == "code")
+    assert first.source.lstrip().startswith("# The runs to compare")  # the cell users edit
+    first.source = f"RUNS = [('seed 1', {str(runs['s1'])!r}), ('seed 2', {str(runs['s2'])!r})]"
+    client = nbclient.NotebookClient(
+        nb,
+        timeout=120,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(NOTEBOOK.parent)}},
+    )
+    client.execute()  # a cell that raises: CellExecutionError, with the cell and traceback
+    text = "".join(
+        out.get("text", "")
+        for cell in nb.cells
+        if cell.cell_type == "code"
+        for out in cell.outputs
+        if out.output_type == "stream"
+    )
+    for row in EXPECTED_DATA_ROWS:
+        assert row in text
+    assert "| seed 2 | 0.938 / 0.922 (step 30) | final |" not in text  # its own numbers
+    assert analysis.NO_BENCHMARK_RESULTS in text
+    images = [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+    assert len(images) >= 4  # held-out, training, throughput, phases

@@ -2,14 +2,14 @@
 
 A small bf16 model's policy-gradient step (remat, reference model, a chunked log-prob head,
 two micro-batches, FSDP over the 8 simulated CPU devices) is compiled exactly as
-`scripts/bench/check_memory.py` compiles the 7B steps (`rl.memory_plan.compile_step` with the
+`python -m tango_jax.plan_memory` compiles the 7B steps (`rl.memory_plan.compile_step` with the
 memory-minimising scheduler), and XLA's planned temporaries are compared with the figure
 recorded below. (The script also leaves out the CPU's all-reduce combiner, process-wide; this
 2-layer step plans the same with or without it: 28,872,696 B against 28,873,656 B.) Compiled
 plan bytes are deterministic for one jaxlib, so this is no timing.
 
 When it fails: if the change meant to trade memory for speed, re-run
-`python scripts/bench/check_memory.py --config configs/tango_qwen2_5_math_7b.py`, put the 7B
+`python -m tango_jax.plan_memory --config configs/tango_qwen2_5_math_7b.py`, put the 7B
 table in docs/scaling.md and re-record the figure here with the reason in the commit; if not,
 the change keeps a buffer alive that it should not (a float32 copy, a reshape that defeats
 buffer reuse, a cotangent kept across the head's chunks).
@@ -65,7 +65,7 @@ def test_planned_temporaries_stay_at_the_recorded_figure():
     assert version in RECORDED, (
         f"no recorded plan for jaxlib {version} (have {sorted(RECORDED)}): add "
         f"RECORDED[{version!r}] = {small_step_plan()} after checking the 7B plan "
-        "(scripts/bench/check_memory.py)."
+        "(python -m tango_jax.plan_memory)."
     )
     got, want = small_step_plan(), RECORDED[version]
     assert got <= want * (1 + GROWTH), (

@@ -1,4 +1,4 @@
-"""The ahead-of-time memory plan (tango_jax/rl/memory_plan.py, scripts/bench/check_memory.py)
+"""The ahead-of-time memory plan (tango_jax/rl/memory_plan.py, tango_jax/plan_memory.py)
 against the real Trainer's compiled step, on 8 simulated CPU devices."""
 
 from __future__ import annotations
