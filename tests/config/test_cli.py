@@ -119,7 +119,8 @@ def test_the_listing_covers_every_field_of_the_run_config():
     assert len(paths) == len(set(paths)) > 200
     by_path = dict(zip(paths, lines))
     assert by_path["data.source"].startswith(
-        "data.source: 'synthetic' | 'last_letter' | 'jsonl' | 'eurus2' | 'custom' = 'synthetic'  "
+        "data.source: 'synthetic' | 'last_letter' | 'line_chains' | 'jsonl' | 'eurus2' | 'custom' "
+        "= 'synthetic'  "
         "# synthetic"
     )
     assert "(default 256)" in by_path["data.prompts_per_step"]  # the tiny config's 32
