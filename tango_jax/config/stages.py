@@ -102,6 +102,11 @@ class EvalConfig:
     # Synthetic task: the verifier's ProcessBench-style step F1 on this many held-out solutions
     # with a known first wrong step (half correct); 0 disables.
     process_bench_size: int = 128
+    # The verifier's balanced probe: this many held-out replies of the start generator, half
+    # right and half wrong (sampled at the training temperature, kept in the run directory),
+    # judged greedily at every evaluation (`eval/probe/...`: balanced accuracy, the share
+    # called CORRECT, the answer step's label; docs/verifier.md); 0 disables it.
+    verifier_probe_size: int = 0
     # At the end of a run on a task with step truth: the verifier's step ranking before and
     # after RL (tango_jax/eval/step_probe.py), teacher-forced in PyTorch, float32, on the CPU,
     # which loads the start and the final verifier in turn; off for a verifier too large for
@@ -116,6 +121,7 @@ class EvalConfig:
                 "every_verifier_steps": at_least(0, " (0: not on verifier updates)"),
                 "sampled_n": at_least(1),
                 "process_bench_size": at_least(0, " (0 disables it)"),
+                "verifier_probe_size": at_least(0, " (0 disables it)"),
             },
         )
 

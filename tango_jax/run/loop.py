@@ -55,6 +55,7 @@ from tango_jax.metrics.rollouts import RolloutLog
 from tango_jax.metrics.wandb import wandb_sink
 from tango_jax.metrics.writer import MetricsWriter, NoMetrics, PhaseTimer, StepClock
 from tango_jax.models import save_pretrained
+from tango_jax.run import feedback
 from tango_jax.run.dynamic_sampling import StepBatches
 from tango_jax.run.evaluation import evaluate
 from tango_jax.run.host_state import HostState
@@ -66,6 +67,7 @@ from tango_jax.run.sft_progress import SFTStopped
 from tango_jax.run.signals import StopPoint, StopSignals
 from tango_jax.run.steps import StepContext, collect, generator_step, verifier_step
 from tango_jax.run.verifier_health import CollapseGuard, UpdateVerdicts
+from tango_jax.run.verifier_probe import VerifierProbe, one_sided
 from tango_jax.schema import to_dict
 from tango_jax.tango.class_balance import ClassBalanceState
 from tango_jax.tango.kind import Kind
@@ -115,6 +117,7 @@ class TangoLoop:
         self.run_dir = Path(cfg.run_dir)
         self.schedule = cfg.schedule
         self.process_items: list[ProcessItem] = []  # set by _data (tasks with step truth)
+        self.probe: VerifierProbe | None = None  # set by _verifier_probe (eval.verifier_probe_size)
         self.timer = PhaseTimer()  # phases of a training step
         self.eval_timer = PhaseTimer()
 
@@ -218,12 +221,15 @@ class TangoLoop:
                 log.info("resumed from step %d", state.step)
             metrics = self._metrics_writer(None if host is None else state.step)
             ctx.rollout_log = self._rollout_log(state.step, metrics)
+            self.probe = self._verifier_probe(ctx, eval_problems)
             if host is None and cfg.eval.before_train:
                 before = self._evaluate(ctx, eval_problems)
                 metrics.write(0, before, phase="eval")
                 log.info(
                     "step 0/%d before training: %s", cfg.schedule.total_steps, _eval_summary(before)
                 )
+                if line := one_sided(before):
+                    log.warning("before training, %s", line)
             run = RunState(
                 ctx=ctx,
                 trained=trained,
@@ -276,10 +282,50 @@ class TangoLoop:
             bucket=task_of(self.cfg.data).bucket,  # accuracy per length bucket, if any
             split=self.cfg.data.step_split,
         )
+        if self.probe is not None:
+            with self.eval_timer("eval_verify"):
+                out |= self.probe.measure(
+                    ctx.verifier,
+                    style=self.cfg.data.templates,
+                    format_weight=self.cfg.algorithm.verifier_format_weight,
+                )
         # Its own timer: evaluation time is reported as perf/eval_*, never as the step's time.
         timings = self.eval_timer.metrics()
         timings["perf/eval_s"] = timings.pop("perf/step_s")
         return out | timings
+
+    def _verifier_probe(self, ctx: StepContext, problems) -> VerifierProbe | None:
+        """The balanced held-out replies the verifier is measured on at every evaluation
+        (run/verifier_probe.py): drawn from the generator as the run starts, or read back from
+        the run directory when it resumes."""
+        size = self.cfg.eval.verifier_probe_size
+        if not size or ctx.verifier is None:
+            return None
+
+        def score(picked, outs):
+            return feedback.score_solutions(
+                ctx.scorer,
+                picked,
+                outs,
+                timeout_s=self.cfg.scorer_timeout_s,
+                kind=self.cfg.data.reward_kind,
+                split=self.cfg.data.step_split,
+            )[0]
+
+        with self.eval_timer("eval_generate"):
+            probe = VerifierProbe.load_or_build(
+                self.run_dir,
+                ctx.generator,
+                problems,
+                score,
+                size=size,
+                seed=self.cfg.seed,
+                style=self.cfg.data.templates,
+                write=jax.process_index() == 0,
+            )
+        right, wrong = probe.counts
+        log.info("verifier probe: %d right and %d wrong held-out replies", right, wrong)
+        return probe
 
     def _metrics_writer(self, resume_step: int | None) -> MetricsWriter | NoMetrics:
         """Appends after `resume_step`; a run restarted before its first checkpoint starts its
@@ -508,6 +554,9 @@ _EVAL_KEYS = (
     "eval/verifier/predicted_correct",
     "eval/verifier/step_f1",
     "eval/verifier/f1",
+    "eval/probe/balanced_accuracy",
+    "eval/probe/predicted_correct",
+    "eval/probe/answer_label_informedness",
 )
 
 

@@ -24,7 +24,7 @@ from tango_jax.text import formats
 pytestmark = pytest.mark.slow
 
 
-def _config(run_dir):
+def _config(run_dir, **eval_fields):
     """Verifier RL only (the generator frozen), 3 updates of 8 solutions x 2 verifications."""
     d = to_dict(short_config(run_dir, scratch=False, total_steps=3))
     d["generator"]["trainable"] = False
@@ -36,6 +36,7 @@ def _config(run_dir):
         d[role]["rollout"]["max_tokens"] = d[role]["eval_max_tokens"] = tokens
         d[role]["response_bucket"] = tokens
     d["eval"] |= {"before_train": False, "at_end": False, "every_verifier_steps": 0}
+    d["eval"] |= eval_fields
     d["checkpoint"] |= {"every_steps": 0, "export_hf_at_end": False}
     return load_run_config(d)
 
@@ -62,11 +63,18 @@ def test_a_verifier_forced_to_one_verdict_trips_the_guard(tmp_path, monkeypatch,
         return dataclasses.replace(v, verdict=formats.INCORRECT)
 
     monkeypatch.setattr(formats, "parse_verification", always_incorrect)
-    loop = TangoLoop(cfg := _config(tmp_path / "bad"), make_mesh(cfg.mesh))
+    # and measured before training on a balanced probe of 4 right and 4 wrong held-out replies
+    probe = {"before_train": True, "verifier_probe_size": 8, "process_bench_size": 0}
+    loop = TangoLoop(cfg := _config(tmp_path / "bad", **probe), make_mesh(cfg.mesh))
     with caplog.at_level(logging.WARNING):
         loop.run()
     assert loop.collapsed_at == 3 and loop.stopped_at is None
-    rows = read_metrics(tmp_path / "bad")
+    before, *rows = read_metrics(tmp_path / "bad")
+    assert before["step"] == 0 and before["eval/probe/size"] == 8.0
+    assert before["eval/probe/predicted_correct"] == 0.0
+    assert before["eval/probe/balanced_accuracy"] == 0.5  # both classes there, one verdict
+    assert (tmp_path / "bad" / "verifier_probe.jsonl").exists()
+    assert "calls 100% of the 8 balanced probe replies INCORRECT or unparsable" in caplog.text
     assert [r["verifier/collapse_guard/tripped"] for r in rows] == [0.0, 0.0, 1.0]
     assert all(r["verifier/predicted_correct"] == 0.0 for r in rows)
     warnings = [r.getMessage() for r in caplog.records if "collapsed to one verdict" in r.message]
