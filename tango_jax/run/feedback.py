@@ -295,7 +295,9 @@ def process_metrics(
         for j in row:
             judgments = j.verification.step_judgments
             labels.append(label)
-            predictions.append(predicted_error_step(judgments, k))
+            # the oracle's closing judgment (`closing`) is one step more: the missing line
+            # after a reply that stopped early, which `first_error` places at index k
+            predictions.append(predicted_error_step(judgments, k + j.closing))
             if len(judgments) == k + j.closing:  # what `step_rewards` accepts
                 labelled.append((label, judgments[:k]))
     if not labels:

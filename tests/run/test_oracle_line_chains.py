@@ -16,7 +16,7 @@ from tango_jax.data.synthetic import ArithProblem, Op
 from tango_jax.data.tasks import task_of
 from tango_jax.models.tokenizer import tiny_tokenizer
 from tango_jax.rollout.base import Completion, FinishReason
-from tango_jax.run.feedback import Solution, step_reward_arrays
+from tango_jax.run.feedback import Solution, process_metrics, step_reward_arrays
 from tango_jax.run.oracle_feedback import oracle_judged
 from tango_jax.text import formats
 
@@ -95,3 +95,17 @@ def test_the_oracle_arm_reads_the_runs_own_problems():
         slipped = task.solution(lc.ChainQuestion(chain), False, 0)
         assert step_truth.first_error(problem, right.steps) == -1
         assert step_truth.first_error(problem, slipped.steps) == slipped.first_error
+
+
+def test_the_oracles_own_labels_score_against_the_line_truth():
+    """`process_metrics` reads the oracle's judgments as the predicted first wrong line. With
+    the closing tokens judged there is one judgment more than lines, and the reply that stopped
+    early (truth: the missing line, index 2) is marked at the closing: the oracle agrees with
+    the truth it comes from (ProcessBench F1 1). Without the closing, it marks that reply's
+    last written line (index 1): 2 of the 3 wrong replies and the right one located, F1 =
+    2 * (2/3 * 1) / (2/3 + 1) = 0.8."""
+    tok = tiny_tokenizer()
+    sols = [_solution(tok, text) for text, _, _ in REPLIES]
+    for closing, f1 in ((True, 1.0), (False, 0.8)):
+        judged = oracle_judged(sols, flip_prob=0.0, seed=0, step=1, closing_step=closing)
+        assert process_metrics(sols, judged)["process/step_f1"] == pytest.approx(f1)
