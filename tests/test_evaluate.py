@@ -16,7 +16,8 @@ from benchmark_fixtures import PROCESS_BENCH, TABLEBENCH, write_all
 
 from tango_jax import evaluate
 from tango_jax.checkpoint.run import CHECKPOINT_SUBDIR, ModelInfo, RunCheckpointer
-from tango_jax.config.run import load_run_config, sibling_config
+from tango_jax.config.files import load_config_file
+from tango_jax.config.run import load_run_config
 from tango_jax.eval import analysis
 from tango_jax.eval import report as R
 from tango_jax.eval.benchmarks import ResultLog
@@ -33,7 +34,7 @@ STEP = 3
 def _tiny_config(run_dir: Path, variant: str = "tango,scratch"):
     """tiny_arith with 12-token greedy budgets and one prompt width per role (one compiled
     program each)."""
-    c = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config(variant)
+    c = load_config_file(CONFIGS / "tiny_arith.py").get_config(variant)
     c.run_dir = str(run_dir)
     c.scorer_workers = 1
     c.mesh = dict(data=1, fsdp=-1, tensor=1)
@@ -321,8 +322,8 @@ def test_the_users_templates_reach_the_benchmarks(run_dir, data_dir, tmp_path):
     ood.write_text("Think hard. " * 2000 + "\nUser: {question}\nAssistant:")
     config = tmp_path / "with_templates.py"
     config.write_text(
-        "from tango_jax.config.run import sibling_config\n\n\ndef get_config():\n"
-        f"    c = sibling_config({str(CONFIGS / 'x.py')!r}, 'tiny_arith')\n"
+        "from tango_jax.config.files import load_config_file\n\n\ndef get_config():\n"
+        f"    c = load_config_file({str(CONFIGS / 'tiny_arith.py')!r})\n"
         "    c = c.get_config('tango,scratch')\n"
         f"    c.data.template_files.generator_ood = {str(ood)!r}\n"
         "    return c\n"

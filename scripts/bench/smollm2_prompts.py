@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tango_jax.config.run import load_run_config, sibling_config
+from tango_jax.config.files import load_config_file
+from tango_jax.config.run import load_run_config
 from tango_jax.models.tokenizer import load_tokenizer
 from tango_jax.rollout.base import Prompt
 from tango_jax.run.roles import Role
@@ -30,7 +31,7 @@ def tango_step_prompts(
 ) -> tuple[list[Prompt], list[Prompt]]:
     """(generator prompts [P], verifier judging prompts [P * n]) of generator step `step`;
     `style`: the verifier's template (default: the config's, compact)."""
-    cfg = load_run_config(sibling_config(CONFIG, "smollm2_addition").get_config("tango"))
+    cfg = load_run_config(load_config_file(CONFIG).get_config("tango"))
     rows = [
         json.loads(line)
         for line in (Path(record) / "rollouts" / f"step_{step:06d}.jsonl").read_text().splitlines()

@@ -50,11 +50,10 @@ LOSS_TYPES = {
 
 def load_config(spec: str, seed: int, steps: int | None):
     """The tango_jax RunConfig of `path[:variant]`, with the seed (and step count) set."""
-    from tango_jax.config.run import load_run_config, sibling_config
+    from tango_jax.config.files import config_from_spec
+    from tango_jax.config.run import load_run_config
 
-    path, _, variant = spec.partition(":")
-    module = sibling_config(str(ROOT / path), Path(path).stem)
-    c = module.get_config(variant) if variant else module.get_config()
+    c = config_from_spec(str(ROOT / spec))
     c.seed = seed
     if steps is not None:
         c.schedule.total_steps = steps

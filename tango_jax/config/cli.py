@@ -19,7 +19,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import enum
-import importlib.util
 import inspect
 import io
 import re
@@ -31,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tango_jax.config.files import load_config_file, split_config_spec
 from tango_jax.schema import ConfigError, check_path
 
 HELP_FLAGS = ("--help", "-help", "-h", "--helpshort", "-?")
@@ -90,27 +90,14 @@ def _summary(path: Path) -> str:
 # --- the config file ----------------------------------------------------------------------------
 
 
-def split_config_spec(spec: str) -> tuple[str, str | None]:
-    """'configs/x.py:a,b' -> ('configs/x.py', 'a,b'); 'configs/x.py' -> ('configs/x.py', None)
-    (ml_collections' convention: the text after the file's ':' is `get_config`'s argument)."""
-    path, sep, arg = spec.partition(".py:")
-    return (path + ".py", arg) if sep else (spec, None)
-
-
 def check_config_file(spec: str) -> None:
     """Runs `get_config` of the config file `spec` names; ConfigError naming the file and the
     fix when the file is missing or its `get_config` refuses the variant (a ValueError)."""
     path, arg = split_config_spec(spec)
-    file = Path(path)
-    if not file.is_file():
-        others = sorted(str(p) for p in file.parent.glob("*.py")) if file.parent.is_dir() else []
-        where = f"; config files there: {', '.join(others)}" if others else ""
-        raise ConfigError(f"--config={spec}: no such config file {path!r}{where}.")
-    module_spec = importlib.util.spec_from_file_location(f"tango_config_{file.stem}", file)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    if not hasattr(module, "get_config"):
-        raise ConfigError(f"--config={spec}: {path} defines no get_config(); see configs/.")
+    try:
+        module = load_config_file(path)
+    except (FileNotFoundError, ConfigError) as e:
+        raise ConfigError(f"--config={spec}: {e}") from None
     try:
         module.get_config() if arg is None else module.get_config(arg)
     except ValueError as e:  # the config's own check of its variant string

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from tango_jax.config.roles import RoleConfig
-from tango_jax.config.run import RunConfig, SamplerBackend, enabled_roles
+from tango_jax.config.run import RunConfig, SamplerBackend, enabled_roles, saved_run_config
 from tango_jax.data.prompts import read_problems
 from tango_jax.data.sft_records import read_sft_records
 from tango_jax.data.tasks import task_of
@@ -323,12 +323,13 @@ def _saved_config(run_dir: Path) -> dict | None:
     if not file.exists():
         return None
     try:
-        return json.loads(file.read_text())
+        saved = json.loads(file.read_text())
     except json.JSONDecodeError as e:
         raise ConfigError(
             f"{file} is not JSON ({e}); restore it from config_history/ or move the run "
             "directory aside and start a new run."
         ) from e
+    return saved_run_config(saved, str(file))
 
 
 def check_run_dir(cfg: RunConfig) -> None:

@@ -181,7 +181,11 @@ class RoleConfig:
     trainer: TrainerConfig = dataclasses.field(
         default=TrainerConfig(),
         metadata=derived(
-            **{"loss.norm_tokens": ("rollout.max_tokens", lambda c: c.rollout.max_tokens)}
+            **{
+                "loss.norm_tokens": ("rollout.max_tokens", lambda c: c.rollout.max_tokens),
+                # ratios, KL, entropy and drift are of the sampling distribution
+                "loss.temperature": ("rollout.temperature", lambda c: c.rollout.temperature),
+            }
         ),
     )
 

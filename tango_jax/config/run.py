@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import importlib.util
+import json
 import math
 from pathlib import Path
 from types import ModuleType
@@ -26,6 +26,7 @@ from typing import Any
 from ml_collections import config_dict as mlc
 
 from tango_jax.checkpoint.divergence import DivergenceConfig, GuardAction
+from tango_jax.config.files import load_config_file
 from tango_jax.config.roles import RoleConfig, RolloutSettings, SamplerBackend
 from tango_jax.config.stages import CheckpointConfig, EvalConfig, SFTConfig
 from tango_jax.data.prompts import DataConfig, DataSource
@@ -288,13 +289,6 @@ def _check_trainers(c: RunConfig) -> None:
     for kind in trained_roles(c):
         name, role = kind.value, c.role(kind)
         loss = role.trainer.loss
-        if loss.temperature != role.rollout.temperature:
-            _fail(
-                f"{name}.trainer.loss.temperature",
-                loss.temperature,
-                f"must equal {name}.rollout.temperature ({role.rollout.temperature}): "
-                "ratios, KL, entropy and drift are of the sampling distribution.",
-            )
         if loss.tis_cap is not None and (loss.tis_cap <= 0 or loss.use_sampler_logprobs):
             _fail(
                 f"{name}.trainer.loss.tis_cap",
@@ -442,18 +436,48 @@ def base_config() -> mlc.ConfigDict:
     return config_dict(RunConfig)
 
 
-def sibling_config(config_file: str, name: str) -> ModuleType:
-    """Loads configs/<name>.py next to `config_file` (for configs that modify another)."""
-    path = Path(config_file).with_name(f"{name}.py")
-    spec = importlib.util.spec_from_file_location(f"tango_configs_{name}", path)
-    if spec is None or not path.exists():
-        raise FileNotFoundError(f"{path}: no such config file.")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def sibling_config(config_file: str | Path, name: str) -> ModuleType:
+    """configs/<name>.py next to `config_file`, loaded (`files.load_config_file`): how a config
+    file builds on another (`sibling_config(__file__, "tango_qwen2_5_math_7b")`)."""
+    return load_config_file(Path(config_file).with_name(f"{name}.py"))
 
 
 def load_run_config(config: Any) -> RunConfig:
     """ConfigDict / dict -> RunConfig, with errors naming the field."""
     data = config.to_dict() if hasattr(config, "to_dict") else dict(config)
     return from_dict(RunConfig, data)
+
+
+def saved_run_config(data: dict, source: str) -> dict:
+    """A run's saved config (`source`: its config.json) without the fields that are derived
+    now: `<role>.trainer.loss.temperature`, set from `<role>.rollout.temperature`. A saved
+    value equal to the one it is derived from goes (as does a role's without a trainer, which
+    never read it); a different one is a ConfigError naming the field, both values and the
+    fix."""
+    defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+    out = dict(data)
+    for kind in Kind:
+        name = kind.value
+        role = data.get(name)
+        loss = role.get("trainer", {}).get("loss", {}) if isinstance(role, dict) else {}
+        if not isinstance(loss, dict) or "temperature" not in loss:
+            continue
+        value = loss["temperature"]
+        sampling = role.get("rollout", {}).get("temperature", defaults[name].rollout.temperature)
+        trained = role.get("trainable", defaults[name].trainable) and role.get(
+            "enable", defaults[name].enable
+        )
+        if value != sampling and trained:
+            raise ConfigError(
+                f"{source}: {name}.trainer.loss.temperature ({value!r}) differs from "
+                f"{name}.rollout.temperature ({sampling!r}), which sets it: delete that field "
+                f"from {source} to train on at {sampling!r}, or start a new run_dir."
+            )
+        kept = {k: v for k, v in loss.items() if k != "temperature"}
+        out[name] = role | {"trainer": role["trainer"] | {"loss": kept}}
+    return out
+
+
+def load_saved_run_config(file: Path) -> RunConfig:
+    """The RunConfig of a run's config.json (`saved_run_config` first)."""
+    return load_run_config(saved_run_config(json.loads(Path(file).read_text()), str(file)))

@@ -135,7 +135,9 @@ class LossConfig:
     # DAPO's overlong filtering (arXiv 2503.14476, Sec. 3.4): completions cut at max_tokens
     # without an EOS carry no loss (their rows' response mask is zeroed in the step).
     mask_truncated: bool = False
-    temperature: float = 1.0  # logits are divided by the sampling temperature (as the sampler)
+    # logits are divided by the sampling temperature (as the sampler): a role's trainer gets
+    # its rollout.temperature (derived, not set by hand)
+    temperature: float = 1.0
     logprob_chunk: int = 256  # sequence chunk for the log-prob pass (memory, not numerics)
     # Vocabulary columns per block of the log-prob head (online log-sum-exp, custom backward:
     # no float32 [rows, chunk, V] logits; rl.vocab_blocks); 0: the whole vocabulary at once.

@@ -171,10 +171,11 @@ def collect(root: Path, seeds: list[int]) -> dict:
 
 def bench_items() -> tuple[list[int], list[int]]:
     """(first-error labels, step counts) of the runs' miniature ProcessBench items."""
-    from tango_jax.config.run import load_run_config, sibling_config
+    from tango_jax.config.files import load_config_file
+    from tango_jax.config.run import load_run_config
     from tango_jax.data import synthetic_labels
 
-    cfg = load_run_config(sibling_config(CONFIG, "tiny_arith").get_config())
+    cfg = load_run_config(load_config_file(CONFIG).get_config())
     items = synthetic_labels.process_items(
         cfg.data.arith, cfg.eval.process_bench_size, seed=cfg.data.seed
     )
@@ -245,7 +246,7 @@ def ranking(
     miniature ProcessBench stream (its held-out evaluation's items come first), on either
     generated task (`step_probe.bench`). Runs in `skip` ((variant, seed) pairs: measured
     before) are left out."""
-    from tango_jax.config.run import load_run_config
+    from tango_jax.config.run import load_saved_run_config
     from tango_jax.eval import step_probe
 
     cache: dict[tuple, dict] = {}  # the shared SFT start is probed once
@@ -268,7 +269,7 @@ def ranking(
             final = path / "hf" / "verifier"
             if not (final / "config.json").exists():
                 continue  # no verifier (GRPO) or not finished
-            cfg = load_run_config(json.loads((path / "config.json").read_text()))
+            cfg = load_saved_run_config(path / "config.json")
             start = step_probe.start_verifier(path, cfg.verifier.model.path)
             if start is None:
                 continue  # nothing to compare with

@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from tango_jax.config.run import sibling_config
+from tango_jax.config.files import load_config_file
 from tango_jax.eval import analysis
 from tango_jax.eval import paired_study as ps
 from tango_jax.study import arith as study
@@ -273,7 +273,7 @@ def verifier_rows(results: dict, arms, seeds) -> list[str]:
 @functools.cache
 def letters_config():
     """The configs/tiny_letters.py module, loaded once."""
-    return sibling_config(CONFIG, "tiny_letters")
+    return load_config_file(CONFIG)
 
 
 @functools.cache

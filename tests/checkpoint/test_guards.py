@@ -19,7 +19,8 @@ import pytest
 
 from tango_jax.checkpoint.divergence import GuardAction
 from tango_jax.config import preflight
-from tango_jax.config.run import load_run_config, sibling_config
+from tango_jax.config.files import load_config_file
+from tango_jax.config.run import load_run_config, load_saved_run_config, saved_run_config
 from tango_jax.models.tiny import write_tiny_checkpoint
 from tango_jax.parallel.mesh import make_mesh
 from tango_jax.schema import ConfigError
@@ -29,7 +30,7 @@ CONFIGS = REPO / "configs"
 
 
 def _tiny(run_dir: Path, **changes):
-    c = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config("tango,scratch")
+    c = load_config_file(CONFIGS / "tiny_arith.py").get_config("tango,scratch")
     c.run_dir = str(run_dir)
     for path, value in changes.items():
         *heads, last = path.split(".")
@@ -268,6 +269,46 @@ def test_fields_added_to_the_schema_since_the_run_started_count_at_their_default
             cfg, divergence=dataclasses.replace(cfg.divergence, action=GuardAction.WARN)
         )
     )
+
+
+def test_a_saved_loss_temperature_resumes_when_it_is_the_rollouts_and_is_refused_otherwise(
+    tmp_path,
+):
+    """A config.json written while `trainer.loss.temperature` was a field of its own (kept
+    equal to the rollout's by a check): the same value resumes, the field gone from the
+    rewritten config.json; a different one is one line naming the field, both values and the
+    fix. A role without a trainer never read it: its value, whatever it is, goes."""
+    run_dir = tmp_path / "run"
+    cfg = _started_run(run_dir)
+    file = run_dir / "config.json"
+    saved = json.loads(file.read_text())
+    assert "temperature" not in saved["generator"]["trainer"]["loss"]  # derived: not written
+    assert cfg.generator.trainer.loss.temperature == cfg.generator.rollout.temperature
+    saved["generator"]["trainer"]["loss"]["temperature"] = cfg.generator.rollout.temperature
+    file.write_text(json.dumps(saved))
+    preflight.check(cfg)
+    preflight.write_config(cfg)
+    assert "temperature" not in json.loads(file.read_text())["generator"]["trainer"]["loss"]
+    loaded = load_saved_run_config(file)
+    assert loaded.generator.trainer.loss.temperature == cfg.generator.rollout.temperature
+
+    saved["verifier"]["trainer"]["loss"]["temperature"] = 0.5
+    file.write_text(json.dumps(saved))
+    before = _snapshot(run_dir)
+    with pytest.raises(ConfigError) as e:
+        preflight.check(cfg)
+    (line,) = str(e.value).splitlines()
+    assert line == (
+        f"{file}: verifier.trainer.loss.temperature (0.5) differs from "
+        f"verifier.rollout.temperature ({cfg.verifier.rollout.temperature!r}), which sets it: "
+        f"delete that field from {file} to train on at {cfg.verifier.rollout.temperature!r}, "
+        "or start a new run_dir."
+    )
+    assert _snapshot(run_dir) == before
+    with pytest.raises(ConfigError, match="verifier.trainer.loss.temperature \\(0.5\\)"):
+        load_saved_run_config(file)
+    frozen = saved | {"verifier": saved["verifier"] | {"trainable": False}}
+    assert "temperature" not in saved_run_config(frozen, "x")["verifier"]["trainer"]["loss"]
 
 
 def test_the_loop_checks_before_writing_too(tmp_path):

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from tango_jax.config import cli
-from tango_jax.config.run import RunConfig, base_config, sibling_config
+from tango_jax.config.files import load_config_file
+from tango_jax.config.run import RunConfig, base_config
 from tango_jax.schema import ConfigError
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -113,7 +114,7 @@ def test_field_lines_give_path_type_value_default_and_meaning():
 
 
 def test_the_listing_covers_every_field_of_the_run_config():
-    c = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config("tango")
+    c = load_config_file(CONFIGS / "tiny_arith.py").get_config("tango")
     lines = cli.field_lines(RunConfig, c.to_dict(), base_config().to_dict())
     paths = [line.split(":", 1)[0] for line in lines]
     assert len(paths) == len(set(paths)) > 200
@@ -139,11 +140,6 @@ def test_a_missing_config_file_or_a_bad_variant_is_one_line_naming_the_fix(tmp_p
     (tmp_path / "empty.py").write_text("X = 1\n")
     with pytest.raises(ConfigError, match="defines no get_config"):
         cli.check_config_file(str(tmp_path / "empty.py"))
-
-
-def test_config_spec_splits_at_the_file():
-    assert cli.split_config_spec("configs/a.py:b,c") == ("configs/a.py", "b,c")
-    assert cli.split_config_spec("configs/a.py") == ("configs/a.py", None)
 
 
 def test_usage_names_the_flags_and_lists_the_config_files():

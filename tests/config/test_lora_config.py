@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from tango_jax.config.files import load_config_file
 from tango_jax.config.preflight import check_lora_start
 from tango_jax.config.roles import RoleConfig, SamplerBackend, SamplerSettings
-from tango_jax.config.run import load_run_config, sibling_config
+from tango_jax.config.run import load_run_config
 from tango_jax.models.lora import PROJECTIONS, LoraConfig
 from tango_jax.models.peft import ADAPTER_CONFIG, ADAPTER_WEIGHTS, peft_config
 from tango_jax.schema import ConfigError, to_dict
@@ -21,7 +22,7 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def _tiny() -> dict:
-    c = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config()
+    c = load_config_file(CONFIGS / "tiny_arith.py").get_config()
     c.run_dir = "/tmp/never-written"
     return to_dict(load_run_config(c))
 
@@ -99,7 +100,7 @@ def _flat_config(name: str, variant: str) -> dict:
             out |= flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v}
         return out
 
-    module = sibling_config(str(CONFIGS / "x.py"), name)
+    module = load_config_file(CONFIGS / f"{name}.py")
     return flat(to_dict(load_run_config(module.get_config(variant))))
 
 
@@ -134,7 +135,7 @@ def test_the_7b_configs_lora_variant_is_the_paper_setting_with_adapters_on_both_
             and b[f"{r}.param_dtype"] == "bfloat16"
         )
     assert b["name"] == "tango_qwen2_5_math_7b_lora"
-    module = sibling_config(str(CONFIGS / "x.py"), "tango_qwen2_5_math_7b")
+    module = load_config_file(CONFIGS / "tango_qwen2_5_math_7b.py")
     with pytest.raises(
         ValueError, match=r"^unknown variant 'lroa'; choose one of \('', 'lora'\)\.$"
     ):

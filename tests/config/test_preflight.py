@@ -9,7 +9,8 @@ import logging
 from pathlib import Path
 
 from tango_jax.config import preflight
-from tango_jax.config.run import load_run_config, sibling_config
+from tango_jax.config.files import load_config_file
+from tango_jax.config.run import load_run_config
 from tango_jax.data.prompts import DataSource
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -22,7 +23,7 @@ def test_an_eval_file_smaller_than_eval_size_is_said_once_and_not_refused(tmp_pa
     train, held_out = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
     train.write_text("".join(json.dumps(r) + "\n" for r in records))
     held_out.write_text("".join(json.dumps(r) + "\n" for r in records[:3]))
-    cfg = load_run_config(sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config())
+    cfg = load_run_config(load_config_file(CONFIGS / "tiny_arith.py").get_config())
     data = dataclasses.replace(
         cfg.data, source=DataSource.JSONL, train_path=str(train), eval_path=str(held_out)
     )

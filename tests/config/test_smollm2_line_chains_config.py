@@ -9,14 +9,15 @@ from pathlib import Path
 import pytest
 
 from tango_jax.config import preflight
-from tango_jax.config.run import RunConfig, StepSource, load_run_config, sibling_config
+from tango_jax.config.files import load_config_file
+from tango_jax.config.run import RunConfig, StepSource, load_run_config
 from tango_jax.data.task import DataSource
 from tango_jax.schema import from_dict, to_dict
 from tango_jax.tango.kind import Kind
 from tango_jax.text.formats import StepSplit
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULE = sibling_config(str(ROOT / "configs" / "x.py"), "smollm2_line_chains")
+MODULE = load_config_file(ROOT / "configs" / "smollm2_line_chains.py")
 
 
 def _flat(obj, prefix=""):

@@ -7,12 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from tango_jax.config import preflight
-from tango_jax.config.run import RunConfig, load_run_config, sibling_config, trained_roles
+from tango_jax.config.files import load_config_file
+from tango_jax.config.run import RunConfig, load_run_config, trained_roles
 from tango_jax.schema import from_dict, to_dict
 from tango_jax.tango.kind import Kind
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULE = sibling_config(str(ROOT / "configs" / "x.py"), "smollm2_verifier")
+MODULE = load_config_file(ROOT / "configs" / "smollm2_verifier.py")
 
 
 def test_it_passes_the_pre_run_checks(smollm2_dir, tmp_path, monkeypatch):

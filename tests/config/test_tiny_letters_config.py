@@ -8,14 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from tango_jax.config.run import StepSource, load_run_config, sibling_config
+from tango_jax.config.files import load_config_file
+from tango_jax.config.run import StepSource, load_run_config
 from tango_jax.tango.kind import Kind
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def _cfg(arg: str):
-    return load_run_config(sibling_config(str(CONFIGS / "x.py"), "tiny_letters").get_config(arg))
+    return load_run_config(load_config_file(CONFIGS / "tiny_letters.py").get_config(arg))
 
 
 def _flat(obj, prefix=""):

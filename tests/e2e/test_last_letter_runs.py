@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tango_jax.config.run import load_run_config, sibling_config
+from tango_jax.config.files import load_config_file
+from tango_jax.config.run import load_run_config
 from tango_jax.eval import step_probe
 from tango_jax.metrics.writer import read_metrics
 from tango_jax.parallel.mesh import make_mesh
@@ -27,7 +28,7 @@ pytestmark = pytest.mark.slow
 
 
 def _short(run_dir: Path, variant: str):
-    letters = sibling_config(str(CONFIGS / "x.py"), "tiny_letters")
+    letters = load_config_file(CONFIGS / "tiny_letters.py")
     c = letters.get_config(f"{variant},study,scratch")  # the study's runs, shortened
     c.run_dir = str(run_dir)
     c.mesh = dict(data=1, fsdp=2, tensor=4)  # the session's 8 simulated devices, as test_loop

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tango_jax.config.run import load_run_config, sibling_config
+from tango_jax.config.files import load_config_file
+from tango_jax.config.run import load_run_config
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
@@ -33,11 +34,11 @@ def _script(name: str, folder: str):
 
 
 def _tiny(arg: str = "tango"):
-    return sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config(arg)
+    return load_config_file(CONFIGS / "tiny_arith.py").get_config(arg)
 
 
 def test_the_default_config_starts_rl_from_the_shipped_sft_and_scratch_does_the_sft():
-    module = sibling_config(str(CONFIGS / "x.py"), "tiny_arith")
+    module = load_config_file(CONFIGS / "tiny_arith.py")
     for variant in module.VARIANTS:
         cfg = load_run_config(_tiny(variant))
         for role in (cfg.generator, cfg.verifier):
@@ -60,7 +61,7 @@ def test_the_shipped_checkpoints_load_and_say_how_they_were_made():
     from tango_jax.models.tokenizer import load_tokenizer, tiny_tokenizer
     from tango_jax.parallel.mesh import MeshConfig, make_mesh
 
-    assets = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").SFT_ASSETS
+    assets = load_config_file(CONFIGS / "tiny_arith.py").SFT_ASSETS
     recipe = json.loads((assets / "recipe.json").read_text())
     # the verifier's phases 2 and 3 are the script's PHASE_2 and PHASE_3, each started from
     # the previous phase's verifier
@@ -248,7 +249,7 @@ def test_the_letter_tasks_ranking_probes_the_transcript_its_verifier_sft_writes(
     from tango_jax.data.last_letter import LetterProblem, LetterSolution, reference_solution
     from tango_jax.eval import step_probe
 
-    cfg = load_run_config(sibling_config(str(CONFIGS / "x.py"), "tiny_letters").get_config())
+    cfg = load_run_config(load_config_file(CONFIGS / "tiny_letters.py").get_config())
     cfg = dataclasses.replace(
         cfg,
         run_dir=str(tmp_path / "run"),

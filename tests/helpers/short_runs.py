@@ -10,7 +10,8 @@ import numpy as np
 from safetensors.numpy import load_file
 from xla_flags import xla_flags
 
-from tango_jax.config.run import RunConfig, load_run_config, sibling_config
+from tango_jax.config.files import load_config_file
+from tango_jax.config.run import RunConfig, load_run_config
 from tango_jax.metrics.rollouts import RolloutLogConfig
 from tango_jax.schema import to_dict
 
@@ -32,7 +33,7 @@ def short_config(
     init and a few SFT steps (False: the shipped SFT models, no SFT); `data`: fields of
     config.data to set (own data files)."""
     start = ",scratch" if scratch else ""
-    c = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config(f"{variant}{start}")
+    c = load_config_file(CONFIGS / "tiny_arith.py").get_config(f"{variant}{start}")
     c.run_dir = str(run_dir)
     c.scorer_workers = 1
     # The session's 8 simulated devices: FSDP over 2 and tensor parallelism over 4, so the loop
@@ -111,7 +112,7 @@ def _flat(tree: dict, prefix: str = "") -> dict:
 def config_flags(cfg: RunConfig) -> list[str]:
     """The `--config.*` flags that turn `TINY` into `cfg` for `python -m tango_jax.train`: the
     fields where it differs (each a bool, int, float or str, so str() is its flag value)."""
-    tiny = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config("tango,scratch")
+    tiny = load_config_file(CONFIGS / "tiny_arith.py").get_config("tango,scratch")
     base = _flat(to_dict(load_run_config(tiny)))
     return [f"--config.{k}={v}" for k, v in _flat(to_dict(cfg)).items() if base[k] != v]
 

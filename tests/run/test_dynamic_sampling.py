@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from short_runs import CONFIGS
 
+from tango_jax.config.files import load_config_file
 from tango_jax.config.roles import RoleConfig, RolloutSettings
-from tango_jax.config.run import load_run_config, sibling_config
+from tango_jax.config.run import load_run_config
 from tango_jax.data.datasets import Problem, PromptStream, StreamPosition
 from tango_jax.rl.dynamic_sampling import Selection
 from tango_jax.run import steps
@@ -173,7 +174,7 @@ def test_merge_and_metrics_of_a_selection_by_hand():
 
 
 def _tiny() -> dict:
-    c = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config("tango")
+    c = load_config_file(CONFIGS / "tiny_arith.py").get_config("tango")
     return to_dict(load_run_config(c))
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tango_jax.config.run import StepSource, load_run_config, sibling_config
+from tango_jax.config.files import load_config_file
+from tango_jax.config.run import StepSource, load_run_config
 from tango_jax.data import line_chains as lc
 from tango_jax.data import step_truth
 from tango_jax.data.synthetic import ArithProblem, Op
@@ -84,7 +85,7 @@ def test_the_oracle_arm_reads_the_runs_own_problems():
     """The oracle variant's config: line steps, the oracle with the closing judged; the task
     of its data labels the problems its stream deals (a reference reply is all right, a slip
     wrong at its line)."""
-    module = sibling_config(str(CONFIGS / "x.py"), "smollm2_line_chains")
+    module = load_config_file(CONFIGS / "smollm2_line_chains.py")
     cfg = load_run_config(module.get_config("oracle"))
     assert cfg.algorithm.step_source is StepSource.ORACLE and cfg.algorithm.oracle_closing_step
     assert cfg.data.step_split is formats.StepSplit.LINES and not cfg.verifier.enable

@@ -14,7 +14,8 @@ import pytest
 from short_runs import comparable as _comparable
 from short_runs import weights as _weights
 
-from tango_jax.config.run import load_run_config, sibling_config
+from tango_jax.config.files import load_config_file
+from tango_jax.config.run import load_run_config
 from tango_jax.metrics.writer import read_metrics
 from tango_jax.parallel.mesh import make_mesh
 from tango_jax.rl.train_step import Objective
@@ -40,7 +41,7 @@ def _config(
     """tests/test_loop.py's shortened tiny loop (V warm-up, then G, G, G, V), overlapped, with
     a truncated importance correction on both trained roles; no SFT, evaluation or
     TensorBoard (not what these tests check, and they cost most of a short run)."""
-    c = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config(f"{variant},scratch")
+    c = load_config_file(CONFIGS / "tiny_arith.py").get_config(f"{variant},scratch")
     c.run_dir = str(run_dir)
     c.scorer_workers = 1
     c.mesh = dict(data=1, fsdp=2, tensor=4)

@@ -14,7 +14,8 @@ import pytest
 from safetensors.numpy import load_file
 from short_runs import comparable
 
-from tango_jax.config.run import base_config, load_run_config, sibling_config
+from tango_jax.config.files import load_config_file
+from tango_jax.config.run import base_config, load_run_config
 from tango_jax.data import synthetic_labels
 from tango_jax.data.synthetic import ArithConfig, VerifierAnalysis, VerifierLabels
 from tango_jax.metrics.writer import read_metrics
@@ -37,7 +38,7 @@ def _weights(path: Path) -> dict[str, np.ndarray]:
 
 
 def _config(run_dir: Path, *, verifier_sft: bool):
-    c = sibling_config(str(CONFIGS / "x.py"), "tiny_arith").get_config("tango,scratch")
+    c = load_config_file(CONFIGS / "tiny_arith.py").get_config("tango,scratch")
     c.run_dir = str(run_dir)
     c.mesh = dict(data=1, fsdp=2, tensor=4)
     for stage in (c.sft.generator, c.sft.verifier):
