@@ -38,107 +38,117 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import hashlib
 import json
 import logging
-import os
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from tango_jax.config.roles import RoleConfig, SamplerBackend
-from tango_jax.config.run import RunConfig, load_run_config
-from tango_jax.data import benchmarks as B
+from tango_jax.config.roles import SamplerBackend
+from tango_jax.data.benchmarks import BENCHMARKS, PROCESS_BENCH_SPLITS, BadRows
 from tango_jax.data.datasets import Fields
-from tango_jax.data.prompts import DataConfig
-from tango_jax.parallel.mesh import MeshConfig, make_mesh
+from tango_jax.eval import report
+from tango_jax.eval.selection import select
+from tango_jax.eval.settings import SAMPLED_N, Settings, load_settings
+from tango_jax.parallel.mesh import make_mesh
 from tango_jax.tango.kind import Kind
-from tango_jax.text.template_files import TemplateFiles, load_templates
-from tango_jax.text.templates import PromptStyle, PromptTemplates, Variant
+from tango_jax.text.templates import PromptStyle
+
+if TYPE_CHECKING:
+    from tango_jax.eval.own_data import OwnData
+    from tango_jax.run.roles import Role
 
 log = logging.getLogger("tango_jax")
 
 STEP_KEYWORDS = ("latest", "start", "final")
-SAMPLED_N = 4  # --data's samples per problem when the run's config does not sample its evals
+GENERATOR, VERIFIER = Kind.GENERATOR, Kind.VERIFIER
 
 
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    """What the evaluation runs with, besides the model weights."""
-
-    generator: RoleConfig
-    verifier: RoleConfig
-    prompt_style: PromptStyle
-    template_files: TemplateFiles  # the user's templates (data.template_files), if any
-    templates: PromptTemplates  # what the prompts are rendered with
-    mesh: MeshConfig
-    scorer_workers: int
-    scorer_timeout_s: float
-    data: DataConfig  # the run's data fields and reward (--data's defaults)
-    sampled_n: int  # samples per problem for --data's sampled pass@1 (0: greedy only)
-    seed: int  # their sampling seed
-
-
-def _defaults() -> dict[str, Any]:
-    """RunConfig's field defaults (no model set, so not a validated run)."""
-    return {f.name: f.default for f in dataclasses.fields(RunConfig)}
-
-
-def load_settings(args: argparse.Namespace) -> Settings:
-    """Settings from --config, else run_dir/config.json, else the defaults; then the flags."""
-    cfg: Any = None
-    if args.config:
-        path, _, variant = args.config.partition(":")
-        cfg = load_run_config(_config_module(path).get_config(*([variant] if variant else [])))
-    elif args.run_dir and (Path(args.run_dir) / "config.json").is_file():
-        cfg = load_run_config(json.loads((Path(args.run_dir) / "config.json").read_text()))
-    if cfg is not None:
-        gen, ver = cfg.generator, cfg.verifier
-        style, files, mesh = cfg.data.prompt_style, cfg.data.template_files, cfg.mesh
-        workers, timeout_s = cfg.scorer_workers, cfg.scorer_timeout_s
-        data, seed = cfg.data, cfg.seed
-        sampled_n = cfg.eval.sampled_n if cfg.eval.sampled else SAMPLED_N
-    else:
-        d = _defaults()
-        gen, ver, style, mesh = d["generator"], d["verifier"], PromptStyle.FULL, MeshConfig()
-        files = TemplateFiles()
-        workers, timeout_s = d["scorer_workers"], d["scorer_timeout_s"]
-        data, seed, sampled_n = d["data"], d["seed"], SAMPLED_N
-    gen, ver = (_override(r, args) for r in (gen, ver))
-    style = PromptStyle(args.prompt_style) if args.prompt_style else style
-    workers = args.scorer_workers or min(workers, os.cpu_count() or 1)
-    templates = load_templates(style, files)
-    sampled_n = sampled_n if args.sampled_n is None else args.sampled_n
-    seed = seed if args.seed is None else args.seed
-    return Settings(
-        gen, ver, style, files, templates, mesh, workers, timeout_s, data, sampled_n, seed
-    )
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """The evaluation `args` asks for: the data read first (a missing file fails before any
+    model loads), the weights found, the out_dir checked to hold this evaluation's results
+    only, then each selected part, results.json last (with the earlier calls' parts)."""
+    selection = select(args)
+    settings = load_settings(args)
+    own, own_problems = _own_data(args, settings)  # read, its reward imported, before models
+    out_dir = _out_dir(args)
+    generator = bool(selection.problems) or own is not None
+    paths = _role_paths(args, out_dir, generator=generator, verifier=bool(selection.rows))
+    _check_same_evaluation(out_dir, _identity(settings, paths))
+    previous = {}
+    if (out_dir / "results.json").is_file():  # earlier calls: their benchmarks stay in the tables
+        previous = json.loads((out_dir / "results.json").read_text())
+    results: dict[str, Any] = {k: v for k, v in previous.items() if k in ("generator", "verifier")}
+    results["out_dir"] = str(out_dir)
+    roles = _build_roles(settings, paths, make_mesh(settings.mesh))
+    labels = {kind: label for kind, (_, label) in paths.items()}
+    ev = _Evaluation(roles, labels, settings, args.batch_size, out_dir, previous)
+    try:
+        if own is not None:
+            results["data"] = _own_data_part(ev, own, own_problems)
+        if selection.problems:
+            results["generator"] = _benchmark_part(ev, selection.problems)
+        if selection.rows:
+            results["verifier"] = _process_bench_part(ev, selection.rows)
+    finally:
+        for role in roles.values():
+            role.sampler.close()
+    (out_dir / "results.json").write_text(json.dumps(results, indent=2))
+    return results
 
 
-def _config_module(path: str):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("tango_eval_config", path)
-    if spec is None or not Path(path).is_file():
-        raise FileNotFoundError(f"--config {path}: no such config file.")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+# --- what to evaluate ---------------------------------------------------------------------------
 
 
-def _override(role: RoleConfig, args: argparse.Namespace) -> RoleConfig:
-    changes: dict[str, Any] = {}
-    if args.backend:
-        changes["sampler"] = dataclasses.replace(role.sampler, backend=SamplerBackend(args.backend))
-    if args.max_tokens:
-        changes["eval_max_tokens"] = args.max_tokens
-    if args.dtype:
-        changes["dtype"] = args.dtype
-    return dataclasses.replace(role, **changes)
+def _own_data(args: argparse.Namespace, settings: Settings) -> tuple[OwnData | None, list]:
+    """--data's file and its problems (None, [] without --data), with the run's field names
+    and reward unless --question_field, --answer_field or --reward say otherwise."""
+    if not args.data:
+        return None, []
+    from tango_jax.eval import own_data
+    from tango_jax.eval.own_data import OwnData
+
+    d = settings.data
+    fields = Fields(args.question_field or d.question_field, args.answer_field or d.answer_field)
+    reward = d.reward if args.reward is None else args.reward
+    kind = dataclasses.replace(d, reward="").reward_kind  # the check without a function
+    own = OwnData(Path(args.data), fields, reward, kind)
+    return own, own_data.load(own, limit=args.limit)
+
+
+def _out_dir(args: argparse.Namespace) -> Path:
+    if args.out_dir:
+        return Path(args.out_dir)
+    if args.run_dir:
+        return Path(args.run_dir) / "eval" / step_label(Path(args.run_dir), args.step)
+    raise ValueError("--out_dir is required without --run_dir.")
 
 
 # --- which weights ------------------------------------------------------------------------------
+
+
+def _role_paths(
+    args: argparse.Namespace, out_dir: Path, *, generator: bool, verifier: bool
+) -> dict[Kind, tuple[Path, str]]:
+    """(HF directory, label) of each role the evaluation needs (`generator`, `verifier`):
+    --generator / --verifier, else the run's weights at --step."""
+    run_dir = Path(args.run_dir) if args.run_dir else None
+    paths: dict[Kind, tuple[Path, str]] = {}
+    for kind, given, needed in (
+        (GENERATOR, args.generator, generator),
+        (VERIFIER, args.verifier, verifier),
+    ):
+        if not needed:
+            continue
+        if given:
+            paths[kind] = (_existing(Path(given), f"--{kind.value}"), str(given))
+        elif run_dir is not None:
+            path, label = _run_role_path(run_dir, args.step, kind, out_dir)
+            paths[kind] = (path, f"{run_dir} {label}")
+        else:
+            raise ValueError(f"--{kind.value} (an HF checkpoint directory) or --run_dir needed.")
+    return paths
 
 
 def _run_role_path(run_dir: Path, step: str, kind: Kind, out_dir: Path) -> tuple[Path, str]:
@@ -176,35 +186,6 @@ def _run_role_path(run_dir: Path, step: str, kind: Kind, out_dir: Path) -> tuple
         log.info("exporting the %s of step %d to %s", name, chosen, out)
         export_hf(ckpt_dir, chosen, name, out, overwrite=True, merged=True)  # LoRA: merged
     return out, f"step {chosen}"
-
-
-def _named(selection: str, groups: set[str]) -> set[str]:
-    """What `--benchmarks` / `--process_bench` names on its own, not through a group."""
-    return {p.strip() for p in selection.split(",")} - {"", "none"} - groups
-
-
-def _load_or_skip(name: str, named: bool, load):
-    """load(), or None with one line saying why when `name`'s data is missing and the selection
-    did not name benchmarks on their own (`named`: then missing data is an error)."""
-    try:
-        return load()
-    except FileNotFoundError as e:
-        if named:
-            raise
-        log.info("%s skipped: %s", name, e)
-        return None
-
-
-def _has_verifier(args: argparse.Namespace) -> bool:
-    """Whether this evaluation has a verifier: --verifier, or a run whose config has one."""
-    if args.verifier:
-        return True
-    if args.generator and not args.run_dir:
-        return False
-    config = Path(args.run_dir) / "config.json" if args.run_dir else None
-    if config is None or not config.is_file():
-        return True  # a run directory without config.json: its checkpoints decide later
-    return bool(json.loads(config.read_text()).get("verifier", {}).get("enable", True))
 
 
 def _existing(path: Path, what: str) -> Path:
@@ -263,8 +244,18 @@ def _template_identity(settings: Settings) -> dict[str, Any]:
     return {"template_files": given, "template_sha256": digest}
 
 
-def _variant(name: str) -> Variant:
-    return Variant.OOD if B.BENCHMARKS[name].domain is B.Domain.OOD else Variant.EVAL
+def _identity(settings: Settings, paths: dict[Kind, tuple[Path, str]]) -> dict[str, Any]:
+    """What makes two evaluations the same: the prompts, and each role's weights and token
+    budgets."""
+    identity = {"prompt_style": settings.prompt_style.value} | _template_identity(settings)
+    for kind, (_, label) in paths.items():
+        role_cfg = settings.generator if kind is GENERATOR else settings.verifier
+        identity[f"{kind.value}"] = label
+        identity[f"{kind.value}_max_tokens"] = (
+            role_cfg.eval_max_tokens or role_cfg.rollout.max_tokens
+        )
+        identity[f"{kind.value}_max_prompt_len"] = role_cfg.max_prompt_len
+    return identity
 
 
 def _build_roles(settings: Settings, paths: dict[Kind, tuple[Path, str]], mesh) -> dict:
@@ -286,21 +277,57 @@ def _build_roles(settings: Settings, paths: dict[Kind, tuple[Path, str]], mesh) 
     return roles
 
 
-def _benchmarks(
-    generator, problems: dict[str, list], settings: Settings, args, out_dir: Path
-) -> tuple[dict[str, list], dict[str, int]]:
-    """Greedy pass@1 records of each benchmark in `problems`, appended to out_dir/generator/
-    as they come (a killed evaluation continues), and how many problems each left out for a
-    prompt longer than generator.max_prompt_len (as the official loader does)."""
-    from tango_jax.eval import benchmarks as E
+@dataclasses.dataclass(frozen=True)
+class _Evaluation:
+    """One evaluation's models and where its parts write: what each part needs."""
+
+    roles: dict[Kind, Role]
+    labels: dict[Kind, str]  # each role's weights, as the tables name them
+    settings: Settings
+    batch_size: int  # problems per generate call
+    out_dir: Path
+    previous: dict[str, Any]  # results.json of earlier calls on out_dir (their parts stay)
+
+
+def _own_data_part(ev: _Evaluation, own: OwnData, problems: list) -> dict[str, Any]:
+    """--data: greedy and sampled pass@1 under the file's own reward; data.md."""
+    from tango_jax.eval import own_data
+
+    s, label = ev.settings, ev.labels[GENERATOR]
+    summary = own_data.run(
+        ev.roles[GENERATOR],
+        problems,
+        own,
+        templates=s.templates,
+        sampled_n=s.sampled_n,
+        seed=s.seed,
+        scorer_workers=s.scorer_workers,
+        timeout_s=s.scorer_timeout_s,
+    )
+    (ev.out_dir / "data.md").write_text(own_data.table(label, summary))
+    return {"model": label, **summary}
+
+
+def _benchmark_part(ev: _Evaluation, problems: dict[str, list]) -> dict[str, Any]:
+    """Table 1: greedy pass@1 of each benchmark, its records appended to out_dir/generator/ as
+    they come (a killed evaluation continues), and the problems each left out for a prompt
+    longer than generator.max_prompt_len (as the official loader does); table1.md."""
+    from tango_jax.eval.benchmarks import (
+        BenchmarkSettings,
+        ResultLog,
+        fits_prompt,
+        run_generator_benchmark,
+    )
     from tango_jax.text.scoring_pool import OutcomeScorer
 
+    generator, s, label = ev.roles[GENERATOR], ev.settings, ev.labels[GENERATOR]
     records, dropped = {}, {}
-    with OutcomeScorer(
-        num_workers=settings.scorer_workers, timeout_s=settings.scorer_timeout_s
-    ) as scorer:
+    with OutcomeScorer(num_workers=s.scorer_workers, timeout_s=s.scorer_timeout_s) as scorer:
         for name, items in problems.items():
-            kept, left_out = E.fits_prompt(generator, items, settings.templates, _variant(name))
+            how = BenchmarkSettings.of(
+                name, style=s.templates, timeout_s=s.scorer_timeout_s, batch_size=ev.batch_size
+            )
+            kept, left_out = fits_prompt(generator, items, s.templates, how.variant)
             dropped[name] = len(left_out)
             if left_out:
                 log.warning(
@@ -310,157 +337,37 @@ def _benchmarks(
                     len(left_out),
                     generator.config.max_prompt_len,
                 )
-            records[name] = E.run_generator_benchmark(
-                generator,
-                name,
-                kept,
-                E.ResultLog(out_dir / "generator" / f"{name}.jsonl"),
-                scorer=scorer,
-                kind=B.BENCHMARKS[name].kind,
-                style=settings.templates,
-                timeout_s=settings.scorer_timeout_s,
-                batch_size=args.batch_size,
-                variant=_variant(name),
+            results = ResultLog(ev.out_dir / "generator" / f"{name}.jsonl")
+            records[name] = run_generator_benchmark(
+                generator, name, kept, results, scorer=scorer, settings=how
             )
-    return records, dropped
+    summary = report.generator_summary(records, ev.previous.get("generator"))
+    for name in problems:
+        summary[name]["dropped_overlong"] = dropped[name]
+    (ev.out_dir / "table1.md").write_text(report.table1(label, summary))
+    return {"model": label, **summary}
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    from tango_jax.eval import benchmarks as E
-    from tango_jax.eval import own_data
-    from tango_jax.eval import report as R
+def _process_bench_part(ev: _Evaluation, rows: dict[str, list]) -> dict[str, Any]:
+    """Table 3: the verifier's ProcessBench F1 per split, its records appended to
+    out_dir/verifier/ as they come; table3.md."""
+    from tango_jax.eval.benchmarks import ResultLog, run_process_bench
 
-    # With --data, the published benchmarks only where selected by name.
-    args.benchmarks = args.benchmarks or ("none" if args.data else "all")
-    args.process_bench = args.process_bench or ("none" if args.data else "all")
-    names = B.benchmark_names(args.benchmarks)
-    splits = B.process_bench_splits(args.process_bench)
-    if not names and not splits and not args.data:
-        raise ValueError("nothing to evaluate: --benchmarks and --process_bench select none.")
-    if splits and not _has_verifier(args):  # a GRPO run, or --generator alone
-        if _named(args.process_bench, {"all"}):  # splits named on their own
-            raise ValueError(
-                f"--process_bench {args.process_bench}: there is no verifier to evaluate (the "
-                "run has none); pass --verifier HF_DIR, or --process_bench none."
-            )
-        log.info("ProcessBench skipped: no verifier to evaluate (the run has none)")
-        splits = []
-    on_bad = B.BadRows(args.on_bad_row)
-    # Data first: a missing file fails before any model loads. Data missing for a benchmark
-    # selected through a group (all, math, ood) skips it; one named on its own is required.
-    problems, rows = {}, {}
-    named = _named(args.benchmarks, {"all", "math", "ood"})
-    for n in names:
-        load = functools.partial(B.load_benchmark_dir, n, args.data_dir, on_bad_row=on_bad)
-        if (loaded := _load_or_skip(n, n in named, load)) is not None:
-            problems[n] = loaded.items
-    named = _named(args.process_bench, {"all"})
-    for split in splits:
-        load = functools.partial(B.load_process_bench, args.data_dir, split, on_bad_row=on_bad)
-        if (loaded := _load_or_skip(f"ProcessBench/{split}", split in named, load)) is not None:
-            rows[split] = loaded.items
-    if not problems and not rows and not args.data:
-        raise ValueError(
-            f"nothing to evaluate: no data for the selected benchmarks under --data_dir "
-            f"{args.data_dir} (docs/evaluation.md says how to get them)."
+    label = ev.labels[VERIFIER]
+    records = {
+        split: run_process_bench(
+            ev.roles[VERIFIER],
+            split,
+            split_rows,
+            ResultLog(ev.out_dir / "verifier" / f"{split}.jsonl"),
+            style=ev.settings.templates,
+            batch_size=ev.batch_size,
         )
-    names, splits = list(problems), list(rows)
-    if args.limit:
-        problems = {n: p[: args.limit] for n, p in problems.items()}
-        rows = {s: r[: args.limit] for s, r in rows.items()}
-    settings = load_settings(args)
-    own, own_problems = None, []
-    if args.data:  # read, and its reward imported, before any model loads
-        d = settings.data
-        fields = Fields(
-            args.question_field or d.question_field, args.answer_field or d.answer_field
-        )
-        reward = d.reward if args.reward is None else args.reward
-        kind = dataclasses.replace(d, reward="").reward_kind  # the check without a function
-        own = own_data.OwnData(Path(args.data), fields, reward, kind)
-        own_problems = own_data.load(own, limit=args.limit)
-    run_dir = Path(args.run_dir) if args.run_dir else None
-    if args.out_dir:
-        out_dir = Path(args.out_dir)
-    elif run_dir is not None:
-        out_dir = run_dir / "eval" / step_label(run_dir, args.step)
-    else:
-        raise ValueError("--out_dir is required without --run_dir.")
-
-    paths: dict[Kind, tuple[Path, str]] = {}
-    for kind, given, needed in (
-        (Kind.GENERATOR, args.generator, bool(names) or own is not None),
-        (Kind.VERIFIER, args.verifier, bool(splits)),
-    ):
-        if not needed:
-            continue
-        if given:
-            paths[kind] = (_existing(Path(given), f"--{kind.value}"), str(given))
-        elif run_dir is not None:
-            path, label = _run_role_path(run_dir, args.step, kind, out_dir)
-            paths[kind] = (path, f"{run_dir} {label}")
-        else:
-            raise ValueError(f"--{kind.value} (an HF checkpoint directory) or --run_dir needed.")
-    identity = {"prompt_style": settings.prompt_style.value} | _template_identity(settings)
-    for kind, (_, label) in paths.items():
-        role_cfg = settings.generator if kind is Kind.GENERATOR else settings.verifier
-        identity[f"{kind.value}"] = label
-        identity[f"{kind.value}_max_tokens"] = (
-            role_cfg.eval_max_tokens or role_cfg.rollout.max_tokens
-        )
-        identity[f"{kind.value}_max_prompt_len"] = role_cfg.max_prompt_len
-    _check_same_evaluation(out_dir, identity)
-
-    mesh = make_mesh(settings.mesh)
-    previous = {}
-    if (out_dir / "results.json").is_file():  # earlier calls: their benchmarks stay in the tables
-        previous = json.loads((out_dir / "results.json").read_text())
-    results: dict[str, Any] = {k: v for k, v in previous.items() if k in ("generator", "verifier")}
-    results["out_dir"] = str(out_dir)
-    gen_label = paths.get(Kind.GENERATOR, (None, ""))[1]
-    ver_label = paths.get(Kind.VERIFIER, (None, ""))[1]
-    roles = _build_roles(settings, paths, mesh)
-    try:
-        if own is not None:
-            summary = own_data.run(
-                roles[Kind.GENERATOR],
-                own_problems,
-                own,
-                templates=settings.templates,
-                sampled_n=settings.sampled_n,
-                seed=settings.seed,
-                scorer_workers=settings.scorer_workers,
-                timeout_s=settings.scorer_timeout_s,
-            )
-            results["data"] = {"model": gen_label, **summary}
-            (out_dir / "data.md").write_text(own_data.table(gen_label, summary))
-        if names:
-            records, dropped = _benchmarks(roles[Kind.GENERATOR], problems, settings, args, out_dir)
-            summary = R.generator_summary(records, previous.get("generator"))
-            for name in names:
-                summary[name]["dropped_overlong"] = dropped[name]
-            results["generator"] = {"model": gen_label, **summary}
-            (out_dir / "table1.md").write_text(R.table1(gen_label, summary))
-        if splits:
-            records = {
-                split: E.run_process_bench(
-                    roles[Kind.VERIFIER],
-                    split,
-                    rows[split],
-                    E.ResultLog(out_dir / "verifier" / f"{split}.jsonl"),
-                    style=settings.templates,
-                    batch_size=args.batch_size,
-                )
-                for split in splits
-            }
-            summary = R.verifier_summary(records, previous.get("verifier"))
-            results["verifier"] = {"model": ver_label, **summary}
-            (out_dir / "table3.md").write_text(R.table3(ver_label, summary))
-    finally:
-        for role in roles.values():
-            role.sampler.close()
-    (out_dir / "results.json").write_text(json.dumps(results, indent=2))
-    return results
+        for split, split_rows in rows.items()
+    }
+    summary = report.verifier_summary(records, ev.previous.get("verifier"))
+    (ev.out_dir / "table3.md").write_text(report.table3(label, summary))
+    return {"model": label, **summary}
 
 
 class _DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
@@ -494,13 +401,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--benchmarks",
         help="comma-separated: all, math, ood, none, or names: "
-        + ", ".join(B.BENCHMARKS)
+        + ", ".join(BENCHMARKS)
         + " (default: all; none with --data)",
     )
     p.add_argument(
         "--process_bench",
         help="ProcessBench splits: all, none, or "
-        + ", ".join(B.PROCESS_BENCH_SPLITS)
+        + ", ".join(PROCESS_BENCH_SPLITS)
         + " (default: all; none with --data)",
     )
     own = p.add_argument_group(
@@ -536,8 +443,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--scorer_workers", type=int, default=0, help="answer-check processes")
     p.add_argument(
         "--on_bad_row",
-        default=B.BadRows.ERROR.value,
-        choices=[b.value for b in B.BadRows],
+        default=BadRows.ERROR.value,
+        choices=[b.value for b in BadRows],
         help="a malformed data row: error or skip (reported)",
     )
     args = p.parse_args(argv)

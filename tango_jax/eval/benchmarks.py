@@ -1,7 +1,8 @@
 """Benchmark evaluation as the paper does it (TANGO_SPEC §7), resumable problem by problem.
 
     log = ResultLog(out_dir / "generator" / "MATH500.jsonl")
-    run_generator_benchmark(generator, problems, log, scorer=scorer, kind=RewardKind.MATH, ...)
+    settings = BenchmarkSettings.of("MATH500", style=templates, timeout_s=10.0, batch_size=64)
+    run_generator_benchmark(generator, "MATH500", problems, log, scorer=scorer, settings=settings)
     run_process_bench(verifier, rows, ResultLog(out_dir / "verifier" / "gsm8k.jsonl"), ...)
 
 Generator: greedy, zero-shot, one sample (pass@1) in the evaluation template
@@ -18,6 +19,7 @@ in the log are skipped (a last line cut off by the kill is dropped).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -25,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tango_jax.data.benchmarks import ProcessRow
+from tango_jax.data.benchmarks import BENCHMARKS, Domain, ProcessRow
 from tango_jax.data.datasets import Problem
 from tango_jax.metrics.writer import Progress
 from tango_jax.run import feedback
@@ -111,6 +113,27 @@ def fits_prompt(
     return kept, dropped
 
 
+@dataclasses.dataclass(frozen=True)
+class BenchmarkSettings:
+    """How one benchmark's problems are prompted and scored (`of`: from its spec)."""
+
+    kind: RewardKind  # the benchmark's answer check
+    style: templates.Templates  # the prompt templates
+    timeout_s: float  # the answer check's limit per completion
+    batch_size: int  # problems per generate call (and per line batch of the log)
+    variant: templates.Variant = templates.Variant.EVAL  # OOD for an out-of-domain benchmark
+
+    @classmethod
+    def of(
+        cls, name: str, *, style: templates.Templates, timeout_s: float, batch_size: int
+    ) -> BenchmarkSettings:
+        """Benchmark `name`'s settings: its own answer check, and the OOD template for an
+        out-of-domain benchmark (the eval one otherwise)."""
+        spec = BENCHMARKS[name]
+        variant = templates.Variant.OOD if spec.domain is Domain.OOD else templates.Variant.EVAL
+        return cls(spec.kind, style, timeout_s, batch_size, variant)
+
+
 def run_generator_benchmark(
     generator: Role,
     name: str,
@@ -118,23 +141,20 @@ def run_generator_benchmark(
     results: ResultLog,
     *,
     scorer: OutcomeScorer,
-    kind: RewardKind,
-    style: templates.Templates,
-    timeout_s: float,
-    batch_size: int,
-    variant: templates.Variant = templates.Variant.EVAL,
+    settings: BenchmarkSettings,
 ) -> list[dict[str, Any]]:
-    """Greedy pass@1 of every problem not yet in `results` in the `variant` template (EVAL, or
-    OOD for an out-of-domain benchmark); returns the records of all `problems` (in order)."""
+    """Greedy pass@1 of every problem not yet in `results` in the settings' template variant;
+    returns the records of all `problems` (in order)."""
+    s = settings
     ids = [p.id for p in problems]
     todo = [p for p in problems if p.id not in results.done(ids)]
     with Progress(f"{name}", total=len(todo)) as bar:
-        for chunk in _chunks(todo, batch_size):
+        for chunk in _chunks(todo, s.batch_size):
             outs = generator.generate(
-                generator_prompts(generator, chunk, style, variant), generator.eval_params()
+                generator_prompts(generator, chunk, s.style, s.variant), generator.eval_params()
             )
             solutions, _ = feedback.score_solutions(
-                scorer, chunk, outs, timeout_s=timeout_s, kind=kind
+                scorer, chunk, outs, timeout_s=s.timeout_s, kind=s.kind
             )
             results.append([_solution_record(name, s) for s in solutions])
             bar.update(len(chunk))

@@ -18,11 +18,12 @@ from tango_jax.data import datasets
 from tango_jax.data.datasets import Problem
 from tango_jax.data.prompts import drop_overlong, missing_field
 from tango_jax.metrics.writer import PhaseTimer
-from tango_jax.run.evaluation import evaluate
+from tango_jax.run.evaluation import EvalSettings, evaluate
 from tango_jax.run.roles import Role
 from tango_jax.schema import ConfigError
 from tango_jax.text import reward_function
 from tango_jax.text.answer_check import RewardKind
+from tango_jax.text.formats import StepSplit
 from tango_jax.text.scoring_pool import OutcomeScorer
 from tango_jax.text.templates import Templates
 
@@ -89,18 +90,15 @@ def run(
     with OutcomeScorer(
         num_workers=scorer_workers, timeout_s=timeout_s, reward_function=data.reward
     ) as scorer:
-        m = evaluate(
-            generator,
-            None,
-            kept,
-            scorer,
-            timeout_s=timeout_s,
-            timer=PhaseTimer(),
+        settings = EvalSettings(
+            kind=data.reward_kind,
+            split=StepSplit.TAGS,  # (only the reported step counts read it: none here)
             style=templates,
+            timeout_s=timeout_s,
             sampled_seed=seed if sampled_n else None,
             sampled_n=max(sampled_n, 1),
-            kind=data.reward_kind,
         )
+        m = evaluate(generator, None, kept, scorer, settings, timer=PhaseTimer())
     out = {
         "file": str(data.path),
         "reward": data.reward_name,

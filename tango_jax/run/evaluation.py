@@ -1,5 +1,9 @@
 """Held-out evaluation: greedy pass@1 of the generator, and the verifier's greedy verdicts on
-those solutions against the rule-based truth (TANGO_SPEC §7: zero-shot, greedy, one sample)."""
+those solutions against the rule-based truth (TANGO_SPEC §7: zero-shot, greedy, one sample).
+
+    settings = EvalSettings.from_config(cfg)       # the run's answer check, split, prompts
+    evaluate(generator, verifier, problems, scorer, settings, timer=PhaseTimer())
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from tango_jax.config.run import RunConfig
 from tango_jax.data.datasets import Problem
+from tango_jax.data.tasks import task_of
 from tango_jax.metrics.writer import PhaseTimer
 from tango_jax.rollout.base import Completion, Prompt
 from tango_jax.run import feedback
@@ -22,36 +28,67 @@ from tango_jax.text.process_bench import (
 )
 
 
+@dataclasses.dataclass(frozen=True)
+class EvalSettings:
+    """How a held-out evaluation prompts, samples and scores, besides the models and problems:
+    built from the run's config (`from_config`), so that every pass, greedy and sampled,
+    scores with the run's own answer check (`kind`) and step split."""
+
+    kind: RewardKind  # the outcome reward's check: data.reward_kind (CUSTOM: its function)
+    split: formats.StepSplit  # where the solutions' steps are: data.step_split
+    style: templates.Templates  # the prompt templates: data.templates
+    timeout_s: float  # the answer check's limit per completion: scorer_timeout_s
+    format_weight: float = 0.8  # the verifier's format weight: algorithm.verifier_format_weight
+    # With a seed, a sampled pass too: `sampled_n` samples per problem at the training
+    # temperature (eval.sampled, eval.sampled_n; the seed is the run's).
+    sampled_seed: int | None = None
+    sampled_n: int = 1
+    # problem -> its bucket's name (None: in none): both accuracies per bucket too
+    bucket: Callable[[Problem], str | None] | None = None
+
+    @classmethod
+    def from_config(cls, cfg: RunConfig) -> EvalSettings:
+        """The run's evaluation settings, every field from `cfg`."""
+        return cls(
+            kind=cfg.data.reward_kind,
+            split=cfg.data.step_split,
+            style=cfg.data.templates,
+            timeout_s=cfg.scorer_timeout_s,
+            format_weight=cfg.algorithm.verifier_format_weight,
+            sampled_seed=cfg.seed if cfg.eval.sampled else None,
+            sampled_n=cfg.eval.sampled_n,
+            bucket=task_of(cfg.data).bucket,  # accuracy per length bucket, if the task has any
+        )
+
+
 def evaluate(
     generator: Role,
     verifier: Role | None,
     problems: Sequence[Problem],
     scorer: OutcomeScorer,
+    settings: EvalSettings,
     *,
-    timeout_s: float,
     timer: PhaseTimer,
-    style: templates.Templates = templates.PromptStyle.FULL,
-    format_weight: float = 0.8,
-    sampled_seed: int | None = None,
-    sampled_n: int = 1,
     process_items: Sequence[ProcessItem] = (),
-    kind: RewardKind,
-    bucket: Callable[[Problem], str | None] | None = None,
-    split: formats.StepSplit = formats.StepSplit.TAGS,
 ) -> dict[str, float]:
     """Greedy pass@1 of the generator and the verifier's greedy verdicts on those solutions;
-    with `sampled_seed`, also `eval/generator/sampled_accuracy`: the mean over `sampled_n`
-    samples per problem at the training temperature; with `process_items`, the verifier's
-    ProcessBench-style scores on them (`eval/verifier/step_f1` and its two accuracies,
-    `process_bench.py`). `kind`: the outcome reward's check (the run's `data.reward_kind`,
-    CUSTOM with a reward function of its own), and `split`: where the solutions' steps are
-    (`data.step_split`); both passes score through the one `score` below. With `bucket`
-    (problem -> name), both accuracies per bucket too (`eval/generator/accuracy/<name>`,
+    with `settings.sampled_seed`, also `eval/generator/sampled_accuracy`: the mean over
+    `settings.sampled_n` samples per problem at the training temperature; with
+    `process_items`, the verifier's ProcessBench-style scores on them (`eval/verifier/step_f1`
+    and its two accuracies, `process_bench.py`). Both passes score through the one `score`
+    below, with the settings' answer check and step split. With `settings.bucket`, both
+    accuracies per bucket too (`eval/generator/accuracy/<name>`,
     `eval/generator/sampled_accuracy/<name>`)."""
+    style, bucket, sampled_seed = settings.style, settings.bucket, settings.sampled_seed
 
     def score(outs: Sequence[Sequence[Completion]]):  # the run's answer check, every pass
         return feedback.score_solutions(
-            scorer, problems, outs, timeout_s=timeout_s, kind=kind, split=split
+            scorer,
+            problems,
+            outs,
+            timeout_s=settings.timeout_s,
+            kind=settings.kind,
+            split=settings.split,
         )
 
     prompts = generator_prompts(generator, problems, style)
@@ -80,7 +117,7 @@ def evaluate(
                 n=1,
                 seed=None,
                 greedy=True,
-                format_weight=format_weight,
+                format_weight=settings.format_weight,
             )
         verdicts = [row[0].verification.verdict for row in judged]
         metrics |= {
@@ -97,7 +134,8 @@ def evaluate(
             metrics |= evaluate_process(verifier, process_items, style=style)
     if sampled_seed is not None:
         with timer("eval_generate"):
-            sampled = generator.generate(prompts, generator.train_params(sampled_seed, n=sampled_n))
+            params = generator.train_params(sampled_seed, n=settings.sampled_n)
+            sampled = generator.generate(prompts, params)
         scored, _ = score(sampled)
         metrics["eval/generator/sampled_accuracy"] = float(np.mean([s.correct for s in scored]))
         if bucket is not None:

@@ -57,7 +57,7 @@ from tango_jax.metrics.writer import MetricsWriter, NoMetrics, PhaseTimer, StepC
 from tango_jax.models import save_pretrained
 from tango_jax.run import feedback
 from tango_jax.run.dynamic_sampling import StepBatches
-from tango_jax.run.evaluation import evaluate
+from tango_jax.run.evaluation import EvalSettings, evaluate
 from tango_jax.run.host_state import HostState
 from tango_jax.run.overlap import Prefetch
 from tango_jax.run.prompt_streams import VERIFIER_SEED_OFFSET, PhaseStreams
@@ -271,16 +271,9 @@ class TangoLoop:
             ctx.verifier,
             problems,
             ctx.scorer,
-            timeout_s=self.cfg.scorer_timeout_s,
+            EvalSettings.from_config(self.cfg),  # the run's answer check, split, prompts
             timer=self.eval_timer,
-            style=self.cfg.data.templates,
-            format_weight=self.cfg.algorithm.verifier_format_weight,
-            sampled_seed=self.cfg.seed if self.cfg.eval.sampled else None,
-            sampled_n=self.cfg.eval.sampled_n,
             process_items=self.process_items,
-            kind=self.cfg.data.reward_kind,
-            bucket=task_of(self.cfg.data).bucket,  # accuracy per length bucket, if any
-            split=self.cfg.data.step_split,
         )
         if self.probe is not None:
             with self.eval_timer("eval_verify"):

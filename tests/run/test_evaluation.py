@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from tango_jax.config.files import load_config_file
 from tango_jax.config.roles import RoleConfig
+from tango_jax.config.run import load_run_config
 from tango_jax.data.datasets import Problem
 from tango_jax.metrics.writer import PhaseTimer
 from tango_jax.models.tokenizer import tiny_tokenizer
@@ -18,8 +20,11 @@ from tango_jax.run import evaluation, feedback
 from tango_jax.run.roles import Role
 from tango_jax.tango.kind import Kind
 from tango_jax.text.answer_check import RewardKind
+from tango_jax.text.formats import StepSplit
 from tango_jax.text.scoring_pool import OutcomeScorer
+from tango_jax.text.templates import PromptStyle
 
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 REWARD = "tango_jax.data.addition:last_integer_reward"  # the last integer of the reply
 # It restates the sum without answering it: Math-Verify evaluates "3 + 2" and accepts it.
 REPLY = "To calculate 3 + 2, we simply add them together."
@@ -61,17 +66,15 @@ def test_greedy_and_sampled_passes_score_with_the_runs_reward(scorer):
     tok = tiny_tokenizer()
     cfg = dataclasses.replace(RoleConfig(), max_prompt_len=4096)
     generator = Role(Kind.GENERATOR, cfg, Path("."), None, tok, None, FixedReply(tok))
-    metrics = evaluation.evaluate(
-        generator,
-        None,
-        [PROBLEM],
-        scorer,
+    settings = evaluation.EvalSettings(
+        kind=RewardKind.CUSTOM,
+        split=StepSplit.LINES,
+        style=PromptStyle.FULL,
         timeout_s=10.0,
-        timer=PhaseTimer(),
         sampled_seed=0,
         sampled_n=4,
-        kind=RewardKind.CUSTOM,
     )
+    metrics = evaluation.evaluate(generator, None, [PROBLEM], scorer, settings, timer=PhaseTimer())
     assert metrics["eval/generator/accuracy"] == 0.0
     assert metrics["eval/generator/sampled_accuracy"] == 0.0  # Math-Verify would give 1.0
 
@@ -80,3 +83,20 @@ def test_every_scoring_call_names_its_check(scorer):
     """No default: a pass that forgets the run's check fails at once instead of falling back."""
     with pytest.raises(TypeError, match="kind"):
         feedback.score_solutions(scorer, [PROBLEM], [[]], timeout_s=1.0)
+
+
+def test_the_settings_carry_the_runs_check_and_split_to_every_pass():
+    """EvalSettings.from_config: configs/smollm2_addition.py's reward function (CUSTOM), its
+    line-split steps, templates, format weight and sampled pass, each from the config; the
+    check and the split have no default, so a pass built without them fails at once."""
+    cfg = load_run_config(load_config_file(CONFIGS / "smollm2_addition.py").get_config("tango"))
+    settings = evaluation.EvalSettings.from_config(cfg)
+    assert (settings.kind, settings.split) == (RewardKind.CUSTOM, StepSplit.LINES)
+    assert settings.style == cfg.data.templates and settings.timeout_s == cfg.scorer_timeout_s
+    assert settings.format_weight == cfg.algorithm.verifier_format_weight
+    assert cfg.eval.sampled and settings.sampled_seed == cfg.seed
+    assert settings.sampled_n == cfg.eval.sampled_n
+    greedy_only = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, sampled=False))
+    assert evaluation.EvalSettings.from_config(greedy_only).sampled_seed is None
+    with pytest.raises(TypeError, match="split"):
+        evaluation.EvalSettings(kind=RewardKind.MATH, style=PromptStyle.FULL, timeout_s=1.0)

@@ -20,7 +20,6 @@ import pytest
 from tango_jax.config import preflight
 from tango_jax.config.roles import RoleConfig
 from tango_jax.config.run import base_config, load_run_config
-from tango_jax.data import benchmarks as B
 from tango_jax.data.datasets import Problem
 from tango_jax.eval import benchmarks as benchmark_eval
 from tango_jax.metrics.writer import PhaseTimer
@@ -233,16 +232,11 @@ def test_training_steps_and_sft_prompt_with_the_users_templates(user_templates, 
 def test_evaluation_prompts_with_the_users_eval_and_ood_templates(user_templates, scorer, tmp_path):
     cfg = user_templates
     (gen, gen_rec), (ver, ver_rec) = _role(Kind.GENERATOR), _role(Kind.VERIFIER)
-    metrics = evaluation.evaluate(
-        gen,
-        ver,
-        PROBLEMS,
-        scorer,
-        timeout_s=10.0,
-        timer=PhaseTimer(),
-        style=cfg.data.templates,
-        kind=RewardKind.MATH,
+    settings = dataclasses.replace(
+        evaluation.EvalSettings.from_config(cfg), timeout_s=10.0, sampled_seed=None
     )
+    assert (settings.kind, settings.style) == (RewardKind.MATH, cfg.data.templates)
+    metrics = evaluation.evaluate(gen, ver, PROBLEMS, scorer, settings, timer=PhaseTimer())
     assert metrics["eval/generator/accuracy"] == 1.0
     assert gen_rec.prompts == [f"USER generator eval: {p.question}" for p in PROBLEMS]
     assert ver_rec.prompts == [f"USER verifier eval: {p.question} {SOLUTION} 2" for p in PROBLEMS]
@@ -255,10 +249,8 @@ def test_evaluation_prompts_with_the_users_eval_and_ood_templates(user_templates
         PROBLEMS,
         benchmark_eval.ResultLog(tmp_path / "BGQA.jsonl"),
         scorer=scorer,
-        kind=B.BENCHMARKS["BGQA"].kind,
-        style=cfg.data.templates,
-        timeout_s=10.0,
-        batch_size=2,
-        variant=T.Variant.OOD,
+        settings=benchmark_eval.BenchmarkSettings.of(
+            "BGQA", style=cfg.data.templates, timeout_s=10.0, batch_size=2
+        ),
     )
     assert gen_rec.prompts == [f"USER generator ood: {p.question}" for p in PROBLEMS]
