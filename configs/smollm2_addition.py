@@ -1,5 +1,5 @@
 """GRPO on a real model on a 2-core CPU: SmolLM2-135M-Instruct learns small additions, with the
-hyperparameters of TRL's GRPOTrainer twin run (scripts/compare/trl_grpo.py).
+hyperparameters of TRL's GRPOTrainer twin run (scripts/bench/compare_trl/trl_grpo.py).
 
     python -m tango_jax.train --config configs/smollm2_addition.py:grpo     # 30 steps, ~30 min
     python -m tango_jax.train --config configs/smollm2_addition.py:grpo --config.seed=1
@@ -28,7 +28,7 @@ first gets a short format SFT (tango_jax/assets/addition/verifier_sft.jsonl: rep
 shapes the model writes, on the training questions, in the Tango verification format that
 configs/smollm2_arith.py's SFT teaches), then 2 warm-up updates, then [G, G, G, V] for the same
 30 generator steps (10 verifier updates). Every rollout is logged (for the step labels'
-informedness, scripts/compare/tango_addition.py).
+informedness, scripts/bench/compare_trl/tango_addition.py).
 Every field is documented where its dataclass is defined (tango_jax/config/run.py).
 """
 

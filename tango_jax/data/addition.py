@@ -4,7 +4,7 @@
     write_jsonl(problems, "train.jsonl")                  # {"question", "answer", "id"} lines
     last_integer_reward("4 + 3 = 7", "7", question)       # 1.0
 
-The task of configs/smollm2_addition.py and of its TRL twin (scripts/compare/trl_grpo.py):
+The task of configs/smollm2_addition.py and of its TRL twin (scripts/bench/compare_trl/trl_grpo.py):
 "What is a + b? Answer with just the number." as the user turn of SmolLM2-135M-Instruct's chat
 template, graded on the last integer of the reply. Both trainers import `last_integer_reward`
 from here, so the reward they optimise cannot drift apart. Chosen by measurement

@@ -90,13 +90,13 @@ RunChoice = str | os.PathLike | tuple[str, str | os.PathLike]
 def config_label(run_dir: str | os.PathLike) -> str:
     """An arm's name from its run_dir/config.json: "Tango (<config name>)" when a verifier
     trains, "GRPO, frozen verifier (<name>)" when one only scores, "GRPO (<name>)" without one;
-    "TRL GRPO (<config>:<variant>)" for scripts/compare/trl_grpo.py's record; the folder's name
-    without a config.json."""
+    "TRL GRPO (<config>:<variant>)" for scripts/bench/compare_trl/trl_grpo.py's record; the
+    folder's name without a config.json."""
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
         return Path(run_dir).name
     config = json.loads(path.read_text())
-    if "trl" in config:  # scripts/compare/trl_grpo.py: {"tango_jax_config": "configs/x.py:v", ...}
+    if "trl" in config:  # trl_grpo.py's: {"tango_jax_config": "configs/x.py:v", ...}
         return f"TRL GRPO ({Path(config['tango_jax_config']).name.replace('.py', '')})"
     verifier = config["verifier"]
     if verifier["enable"] and verifier["trainable"]:

@@ -131,7 +131,7 @@ def _tiny():
 
 
 def test_smollm2_addition_is_sized_and_matched_as_documented():
-    """The GRPO run that scripts/compare/trl_grpo.py repeats under TRL: 30 steps of 64
+    """The GRPO run that scripts/bench/compare_trl/trl_grpo.py repeats under TRL: 30 steps of 64
     rollouts, TRL's settings where the two differ (docs/real_model.md)."""
     grpo = load_run_config(_load("smollm2_addition", "grpo"))
     g = grpo.generator

@@ -1,5 +1,6 @@
-"""scripts/compare: the TRL run's config mapping and the comparison of two trainers' metrics
-(no model runs: made-up metrics files, and the GRPOConfig built from the shipped config)."""
+"""scripts/bench/compare_trl: the TRL run's config mapping and the comparison of two trainers'
+metrics (no model runs: made-up metrics files, and the GRPOConfig built from the shipped
+config)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 from scripts_loader import load_script
 
-compare = load_script("compare", "compare_trl")
+compare = load_script("bench/compare_trl", "compare_trl")
 
 
 def _write_run(path, seed: int, offset: float) -> None:
@@ -70,7 +71,7 @@ def test_a_missing_run_names_its_path(tmp_path):
 @pytest.mark.parametrize("variant", ["grpo"])
 def test_trl_arguments_follow_the_tango_jax_config(tmp_path, variant):
     pytest.importorskip("trl")
-    trl_grpo = load_script("compare", "trl_grpo")
+    trl_grpo = load_script("bench/compare_trl", "trl_grpo")
     cfg = trl_grpo.load_config(f"configs/smollm2_addition.py:{variant}", seed=3, steps=None)
     g = cfg.generator
     rows = cfg.data.prompts_per_step * g.rollout.n
@@ -93,12 +94,13 @@ def test_trl_arguments_follow_the_tango_jax_config(tmp_path, variant):
 
 
 def test_run_seeds_skips_recorded_runs_and_refuses_an_unknown_trainer(tmp_path):
-    """scripts/compare/run_seeds.sh: a seed whose record exists is not run again (a stopped
-    study resumes), and an unknown trainer is named before anything runs."""
+    """scripts/bench/compare_trl/run_seeds.sh: a seed whose record exists is not run again (a
+    stopped study resumes), and an unknown trainer is named before anything runs."""
     import subprocess
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[2] / "scripts" / "compare" / "run_seeds.sh"
+    root = Path(__file__).resolve().parents[2]
+    script = root / "scripts" / "bench" / "compare_trl" / "run_seeds.sh"
     for name in ("tango_jax_s7", "trl_s7"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "metrics.jsonl").write_text("{}\n")
@@ -126,10 +128,10 @@ def _metrics(path, rows) -> None:
 
 
 def test_tango_against_grpo_pairs_evaluations_by_generator_updates_and_scores_labels(tmp_path):
-    """scripts/compare/tango_addition.py on made-up records: Tango's evaluation after 2 generator
-    updates (global step 3, a verifier warm-up step first) is paired with GRPO's at step 2; the
-    answer step's labels give informedness by hand."""
-    tango_addition = load_script("compare", "tango_addition")
+    """scripts/bench/compare_trl/tango_addition.py on made-up records: Tango's evaluation after
+    2 generator updates (global step 3, a verifier warm-up step first) is paired with GRPO's at
+    step 2; the answer step's labels give informedness by hand."""
+    tango_addition = load_script("bench/compare_trl", "tango_addition")
     acc = "eval/generator/sampled_accuracy"
     for seed, late in ((1, 0.6), (2, 0.7)):
         _metrics(tmp_path / f"tango_s{seed}", [

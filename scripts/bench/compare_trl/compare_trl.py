@@ -1,12 +1,13 @@
 """tango_jax's GRPO against TRL's GRPOTrainer, seed by seed: curves, paired differences, times.
 
-    python scripts/compare/compare_trl.py                          # seeds 1-3, default run dirs
-    python scripts/compare/compare_trl.py --seeds 0 --out docs/compare_trl/seed0
+    python scripts/bench/compare_trl/compare_trl.py              # seeds 1-3, default run dirs
+    python scripts/bench/compare_trl/compare_trl.py --seeds 0 --out docs/compare_trl/seed0
 
 Reads RUN/metrics.jsonl of both trainers for each seed (tango_jax's runs from
 `python -m tango_jax.train --config configs/smollm2_addition.py:grpo --config.seed=S
---config.run_dir=runs/smollm2_addition_grpo_sS`, TRL's from `python scripts/compare/trl_grpo.py
---seed S`, which writes the same names) and writes to --out:
+--config.run_dir=runs/smollm2_addition_grpo_sS`, TRL's from
+`python scripts/bench/compare_trl/trl_grpo.py --seed S`, which writes the same names) and
+writes to --out:
   summary.json   per trainer: the mean over seeds of each step's training reward, each
                  evaluation's held-out accuracy (greedy and sampled), the seconds per step
                  (generation, reward, training apart; the first step, which compiles, apart);
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 TRAINERS = {
     "tango_jax": "runs/smollm2_addition_grpo_s{seed}",

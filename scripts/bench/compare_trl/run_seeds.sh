@@ -3,16 +3,16 @@
 # the step times are compared, and a Tango run alone peaks at ~17 GB of memory), each run's
 # record copied to docs/compare_trl/runs/ as it ends.
 #
-#   bash scripts/compare/run_seeds.sh 1 2 3          # tango_jax then TRL, seed by seed
-#   TRAINERS=trl bash scripts/compare/run_seeds.sh 2  # one trainer only
-#   TRAINERS=tango bash scripts/compare/run_seeds.sh 1  # Tango (configs/smollm2_addition.py:tango)
-#                                                     # on the same task; its rollouts recorded too
+#   bash scripts/bench/compare_trl/run_seeds.sh 1 2 3    # tango_jax then TRL, seed by seed
+#   TRAINERS=trl bash scripts/bench/compare_trl/run_seeds.sh 2    # one trainer only
+#   TRAINERS=tango bash scripts/bench/compare_trl/run_seeds.sh 1  # Tango on the same task
+#                         # (configs/smollm2_addition.py:tango); its rollouts recorded too
 #
 # A seed whose record already exists is skipped, so a stopped study resumes where it left off.
-# Then: python scripts/compare/compare_trl.py --seeds 1,2,3 \
+# Then: python scripts/bench/compare_trl/compare_trl.py --seeds 1,2,3 \
 #   --ours 'docs/compare_trl/runs/tango_jax_s{seed}' --trl 'docs/compare_trl/runs/trl_s{seed}'
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 CONFIG="${CONFIG:-configs/smollm2_addition.py:grpo}"
 RECORDS="${RECORDS:-docs/compare_trl/runs}"  # where the records go
 mkdir -p "$RECORDS" runs
@@ -50,7 +50,7 @@ for seed in "$@"; do
       trl)
         run_dir="runs/trl_smollm2_addition_grpo_s${seed}"
         rm -rf "$run_dir"
-        .venv/bin/python scripts/compare/trl_grpo.py --config "$CONFIG" --seed "$seed" \
+        .venv/bin/python scripts/bench/compare_trl/trl_grpo.py --config "$CONFIG" --seed "$seed" \
           --run_dir "$run_dir" > "$log" 2>&1 ;;
     esac
     rc=$?

@@ -1,24 +1,24 @@
-"""scripts/study/dynamic_sampling.py: its two arms' configs load and differ only in dynamic
-sampling, its commands set exactly those fields, and its summary pairs the arms by seed (on
-hand-written metrics of finished runs: no training here)."""
+"""The dynamic-sampling study (study/dynamic_sampling.py): its two arms' configs load and differ
+only in dynamic sampling, its commands set exactly those fields, and its summary pairs the arms
+by seed (on hand-written metrics of finished runs: no training here)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 
 import pytest
-from scripts_loader import load_script
 
 from tango_jax.config.run import RunConfig
 from tango_jax.schema import check_path
-
-study = load_script("study", "dynamic_sampling")
+from tango_jax.study import dynamic_sampling
 
 
 def test_the_arms_differ_only_in_dynamic_sampling(tmp_path):
-    off = study.run_config(tmp_path, "off", 3, 4)
-    on = study.run_config(tmp_path, "on", 3, 4)
+    off = dynamic_sampling.run_config(tmp_path, "off", 3, 4)
+    on = dynamic_sampling.run_config(tmp_path, "on", 3, 4)
     for role in ("generator", "verifier"):
         assert not getattr(off, role).rollout.dynamic_sampling
         r = getattr(on, role).rollout
@@ -29,11 +29,11 @@ def test_the_arms_differ_only_in_dynamic_sampling(tmp_path):
     assert off.run_dir == str(tmp_path / "off" / "tango_s3")
     assert on.run_dir == str(tmp_path / "on" / "tango_s3")
     with pytest.raises(ValueError, match="dynamic_sampling_max_rounds \\(1\\) must be >= 2"):
-        study.run_config(tmp_path, "on", 3, 1)
+        dynamic_sampling.run_config(tmp_path, "on", 3, 1)
 
 
 def test_the_commands_set_the_arm_fields_and_the_extra_settings(tmp_path):
-    cmd = study.command(tmp_path, "on", 2, 3, ["schedule.total_steps=60"])
+    cmd = dynamic_sampling.command(tmp_path, "on", 2, 3, ["schedule.total_steps=60"])
     flags = [a for a in cmd if a.startswith("--config.")]
     assert cmd[cmd.index("--config") + 1] == "configs/tiny_arith.py"
     assert "--config.verifier.rollout.dynamic_sampling=True" in flags
@@ -41,9 +41,9 @@ def test_the_commands_set_the_arm_fields_and_the_extra_settings(tmp_path):
     assert flags[-1] == "--config.schedule.total_steps=60"
     for flag in flags:
         check_path(RunConfig, flag.removeprefix("--config.").split("=")[0])
-    off = [a for a in study.command(tmp_path, "off", 2, 3) if a.startswith("--config.")]
+    off = [a for a in dynamic_sampling.command(tmp_path, "off", 2, 3) if a.startswith("--config.")]
     assert [f.split("=")[0] for f in off] == ["--config.seed", "--config.run_dir"]
-    cfg = study.run_config(tmp_path, "on", 2, 3, ["schedule.total_steps=60"])
+    cfg = dynamic_sampling.run_config(tmp_path, "on", 2, 3, ["schedule.total_steps=60"])
     assert cfg.schedule.total_steps == 60
 
 
@@ -68,12 +68,12 @@ def test_the_summary_pairs_the_arms_by_seed(tmp_path):
     for seed, (zv_off, zv_on, acc_off, acc_on) in numbers.items():
         _finished_run(tmp_path / "off" / f"tango_s{seed}", zv_off, acc_off)
         _finished_run(tmp_path / "on" / f"tango_s{seed}", zv_on, acc_on)
-    results = study.collect(tmp_path, [1, 2], auroc=False)
+    results = dynamic_sampling.collect(tmp_path, [1, 2], auroc=False)
     assert results["on"]["2"]["sampled_accuracy/final"] == 0.8
     # mean height over generator updates 0 (0.5) and 2 (final): (0.5 + 0.8) / 2
     assert results["on"]["2"]["sampled_accuracy/mean_height"] == pytest.approx(0.65)
     assert results["off"]["1"]["verifier/dynamic_sampling/zero_var_groups"] == 0.8
-    text = study.table(results, [1, 2])
+    text = dynamic_sampling.table(results, [1, 2])
     row = next(line for line in text.splitlines() if "| sampled_accuracy/final |" in line)
     # off 0.6, 0.6; on 0.7, 0.8; differences 0.1, 0.2: mean 0.15, t(1) 12.706 x 0.05 = 0.635
     assert row.startswith(
@@ -84,6 +84,18 @@ def test_the_summary_pairs_the_arms_by_seed(tmp_path):
 def test_saved_seeds_stand_in_for_runs_on_another_machine_and_local_runs_win():
     local = {"on": {"2": {"m": 0.9}}}
     saved = {"on": {"1": {"m": 0.1}, "2": {"m": 0.2}, "7": {"m": 0.7}}, "off": {"1": {"m": 0.3}}}
-    merged = study.with_saved(local, saved, [1, 2])
+    merged = dynamic_sampling.with_saved(local, saved, [1, 2])
     assert merged == {"on": {"1": {"m": 0.1}, "2": {"m": 0.9}}, "off": {"1": {"m": 0.3}}}
     assert local == {"on": {"2": {"m": 0.9}}}  # not changed in place
+
+
+def test_it_runs_as_a_module():
+    done = subprocess.run(
+        [sys.executable, "-m", "tango_jax.study.dynamic_sampling", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: python -m tango_jax.study.dynamic_sampling")
+    assert "--max-rounds" in done.stdout

@@ -1,7 +1,7 @@
 """Tango against GRPO on SmolLM2-135M-Instruct's small additions, paired by seed.
 
-    TRAINERS=tango bash scripts/compare/run_seeds.sh 1 2 3    # the Tango runs, one at a time
-    python scripts/compare/tango_addition.py --seeds 1,2,3
+    TRAINERS=tango bash scripts/bench/compare_trl/run_seeds.sh 1 2 3   # the Tango runs, in turn
+    python scripts/bench/compare_trl/tango_addition.py --seeds 1,2,3
 
 Reads each seed's Tango record (configs/smollm2_addition.py:tango; --tango) and GRPO record (the
 same config's :grpo runs of the TRL comparison; --grpo), both RUN/metrics.jsonl, and Tango's

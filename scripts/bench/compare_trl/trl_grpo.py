@@ -1,8 +1,8 @@
 """The GRPO run of a tango_jax config, under TRL's GRPOTrainer: the peer's side of the comparison.
 
-    python scripts/compare/trl_grpo.py                         # smollm2_addition:grpo, seed 0
-    python scripts/compare/trl_grpo.py --seed 1 --run_dir runs/trl_addition_s1
-    python scripts/compare/trl_grpo.py --steps 3 --no_eval        # a timing run
+    python scripts/bench/compare_trl/trl_grpo.py              # smollm2_addition:grpo, seed 0
+    python scripts/bench/compare_trl/trl_grpo.py --seed 1 --run_dir runs/trl_addition_s1
+    python scripts/bench/compare_trl/trl_grpo.py --steps 3 --no_eval          # a timing run
 
 Needs `trl` (pinned in the `dev` and `compare` extras: pip install -e ".[compare]").
 
@@ -38,7 +38,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_CONFIG = "configs/smollm2_addition.py:grpo"
 # Our loss aggregation -> TRL's loss_type with the same mean (tests/compare/ checks each pair).
 LOSS_TYPES = {

@@ -1,9 +1,9 @@
-"""DAPO's dynamic sampling on the arithmetic miniature, paired over seeds (issue 49 item 1).
+"""DAPO's dynamic sampling on the arithmetic miniature, paired over seeds.
 
-    python scripts/study/dynamic_sampling.py                      # seeds 1-5, runs/study_ds/
-    python scripts/study/dynamic_sampling.py --seeds 1 2 --jobs 2 --max-rounds 4
-    python scripts/study/dynamic_sampling.py --summary-only       # tables of finished runs
-    python scripts/study/dynamic_sampling.py --saved docs/dynamic_sampling/results.json
+    python -m tango_jax.study.dynamic_sampling                      # seeds 1-5, runs/study_ds/
+    python -m tango_jax.study.dynamic_sampling --seeds 1 2 --jobs 2 --max-rounds 4
+    python -m tango_jax.study.dynamic_sampling --summary-only       # tables of finished runs
+    python -m tango_jax.study.dynamic_sampling --saved docs/dynamic_sampling/results.json
 
 Two arms per seed on configs/tiny_arith.py (Tango), both from the shipped SFT checkpoints, so
 arm `on` and arm `off` on seed S form a pair: `off` is the config as it is, `on` sets
@@ -40,12 +40,13 @@ import json
 import math
 from pathlib import Path
 
-from tango_jax.config.run import RunConfig, load_run_config, sibling_config
+from tango_jax.config.files import load_config_file
+from tango_jax.config.run import RunConfig, load_run_config
 from tango_jax.eval import analysis
 from tango_jax.eval.paired_study import area_under_curve, holm, paired
 from tango_jax.study import arith
 
-ROOT = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[2]
 ARMS = ("off", "on")
 VARIANT = "tango"  # configs/tiny_arith.py's variant both arms run
 
@@ -73,7 +74,7 @@ def arm_root(root: Path, arm: str) -> Path:
 def run_config(root: Path, arm: str, seed: int, max_rounds: int, sets=()) -> RunConfig:
     """The validated config `python -m tango_jax.train` gets for (arm, seed): checked before
     anything is launched. `sets`: --set's FIELD=VALUE strings (a Python literal, else text)."""
-    c = sibling_config(str(ROOT / "configs" / "x.py"), "tiny_arith").get_config(VARIANT)
+    c = load_config_file(REPO / "configs" / "tiny_arith.py").get_config(VARIANT)
     fields = arm_overrides(arm, max_rounds)
     fields |= {"seed": seed, "run_dir": str(arith.run_dir(arm_root(root, arm), VARIANT, seed))}
     for item in sets:
@@ -176,7 +177,9 @@ def table(results: dict, seeds: list[int]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m tango_jax.study.dynamic_sampling", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     p.add_argument("--root", type=Path, default=Path("runs/study_ds"))
     p.add_argument("--jobs", type=int, default=1, help="runs at a time")
