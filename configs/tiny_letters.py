@@ -70,8 +70,8 @@ FAST_EVAL_EVERY = 4
 FAST_EVAL_SIZE = 250  # held-out problems of the trained lengths, with `fast`
 GENERATOR_STEPS = 18  # without `study`: evaluated at the start and the end
 VERIFIER_WARMUP = 10  # tango only: verifier steps before the first generator step
-# the run name's suffix per length option ('' : neither, the quick run); scripts/study reads a
-# run's length back from it
+# the run name's suffix per length option ('' : neither, the quick run); the letters study
+# (tango_jax/study/letters.py) reads a run's length back from it
 LENGTH_SUFFIX = {"study": "", "fast": "_fast", "": "_quick"}
 
 

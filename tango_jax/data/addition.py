@@ -8,7 +8,7 @@ The task of configs/smollm2_addition.py and of its TRL twin (scripts/bench/compa
 "What is a + b? Answer with just the number." as the user turn of SmolLM2-135M-Instruct's chat
 template, graded on the last integer of the reply. Both trainers import `last_integer_reward`
 from here, so the reward they optimise cannot drift apart. Chosen by measurement
-(scripts/bench/smollm2_task_probe.py, docs/real_model.md): zero-shot at T = 1 the instruct
+(docs/real_model.md): zero-shot at T = 1 the instruct
 model gets it right often enough to learn from, not so often that there is nothing to learn,
 and its replies are short.
 
@@ -52,7 +52,7 @@ class Operands:
 
 # One digit plus one digit, 2..9 each: 64 problems. Zero-shot at T = 1 the model is right on
 # 0.24 of its replies here, and on 0.04 when a has two digits (10..99), too few groups with any
-# signal (scripts/bench/smollm2_task_probe.py, docs/real_model.md). Held out: the 16 questions
+# signal (docs/real_model.md). Held out: the 16 questions
 # with a = 3 or 7; training has the other 48. The questions are held out, not the facts: 7 + 4
 # is held out, 4 + 7 is trained on.
 TRAIN_AND_EVAL = Operands(2, 9, 2, 9)

@@ -6,9 +6,8 @@ first error ranked first). A verifier's greedy step F1 moves with its threshold 
 numbers move only when its judgments single out the wrong step better.
 
 Used by `python -m tango_jax.train`'s final lines on the generated tasks (arithmetic, last
-letters), tango_jax/study/arith.py's ranking table, tango_jax/study/letters.py and
-scripts/study/probe_verifier.py. Needs a tokenizer with single tokens for '{',
-CORRECT and INCORRECT (the project's tiny one).
+letters), tango_jax/study/arith.py's ranking table and tango_jax/study/letters.py. Needs a
+tokenizer with single tokens for '{', CORRECT and INCORRECT (the project's tiny one).
 """
 
 from __future__ import annotations
