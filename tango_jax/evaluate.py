@@ -181,10 +181,11 @@ def _run_role_path(run_dir: Path, step: str, kind: Kind, out_dir: Path) -> tuple
         return _existing(start, f"{run_dir}: no checkpoint of the {name}"), "start"
     out = out_dir / "models" / f"step_{chosen}" / name
     if not (out / "config.json").is_file():
-        from tango_jax.export import export_hf
+        from tango_jax.export import ExportOptions, export_hf
 
         log.info("exporting the %s of step %d to %s", name, chosen, out)
-        export_hf(ckpt_dir, chosen, name, out, overwrite=True, merged=True)  # LoRA: merged
+        merged = ExportOptions(overwrite=True, merged=True)  # LoRA: the adapters merged
+        export_hf(ckpt_dir, chosen, name, out, merged)
     return out, f"step {chosen}"
 
 

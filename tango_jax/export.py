@@ -19,6 +19,7 @@ time), which transformers and vLLM load.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -71,35 +72,42 @@ def load_role_model(
     return model, info
 
 
+@dataclasses.dataclass(frozen=True)
+class ExportOptions:
+    """How an export is written (each default: the plain export of the command line)."""
+
+    # saved alongside; None: loaded from the run's recorded tokenizer directory (none
+    # recorded: the export has no tokenizer files)
+    tokenizer: Any = None
+    dtype: Any = None  # stored dtype; None: the parameter dtype (adapters: float32)
+    # where the params are restored; None: the first device (pass a mesh for larger models)
+    mesh: Mesh | None = None
+    overwrite: bool = False  # replace an existing out_dir
+    merged: bool = False  # a LoRA role: an HF checkpoint with the adapters merged (else PEFT)
+
+
 def export_hf(
     checkpoint_dir: str | os.PathLike,
     step: int | None,
     role: str,
     out_dir: str | os.PathLike,
-    *,
-    tokenizer: Any = None,
-    dtype: Any = None,
-    mesh: Mesh | None = None,
-    overwrite: bool = False,
-    merged: bool = False,
+    options: ExportOptions = ExportOptions(),
 ) -> Path:
     """Writes `role`'s model at `step` (None: latest) of `checkpoint_dir` to `out_dir`: an HF
-    checkpoint, or for a LoRA role a PEFT adapter directory unless `merged`.
-
-    tokenizer: saved alongside; default: loaded from the run's recorded tokenizer directory
-      (none recorded: the export has no tokenizer files).
-    dtype: stored dtype (default: the parameter dtype; adapters: float32). mesh: where the
-      params are restored (default: the first device; pass a mesh for larger models).
-    """
-    model, info = load_role_model(checkpoint_dir, step, role, mesh)
+    checkpoint, or for a LoRA role a PEFT adapter directory unless `options.merged`."""
+    o = options
+    model, info = load_role_model(checkpoint_dir, step, role, o.mesh)
+    tokenizer = o.tokenizer
     if tokenizer is None and info.tokenizer_dir is not None:
         tokenizer = load_tokenizer(info.tokenizer_dir)
-    if model.config.lora.enabled and not merged:
-        out = save_peft_adapter(model, out_dir, base_model=info.base_dir, overwrite=overwrite)
+    if model.config.lora.enabled and not o.merged:
+        out = save_peft_adapter(model, out_dir, base_model=info.base_dir, overwrite=o.overwrite)
         if tokenizer is not None:
             tokenizer.save_pretrained(str(out))
         return out
-    return save_pretrained(model, out_dir, tokenizer=tokenizer, dtype=dtype, overwrite=overwrite)
+    return save_pretrained(
+        model, out_dir, tokenizer=tokenizer, dtype=o.dtype, overwrite=o.overwrite
+    )
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -123,10 +131,12 @@ def main(argv: list[str] | None = None) -> Path:
             args.step,
             args.role,
             args.out,
-            tokenizer=None if args.tokenizer is None else load_tokenizer(args.tokenizer),
-            dtype=None if args.dtype is None else dtype_from_name(args.dtype),
-            overwrite=args.overwrite,
-            merged=args.merged,
+            ExportOptions(
+                tokenizer=None if args.tokenizer is None else load_tokenizer(args.tokenizer),
+                dtype=None if args.dtype is None else dtype_from_name(args.dtype),
+                overwrite=args.overwrite,
+                merged=args.merged,
+            ),
         )
     except (FileNotFoundError, FileExistsError, KeyError, ValueError) as e:
         parser.exit(2, f"tango_jax.export: error: {e.args[0] if e.args else e}\n")

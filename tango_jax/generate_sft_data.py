@@ -29,7 +29,7 @@ from tango_jax.data import datasets
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
 from tango_jax.rollout.base import SamplingParams
 from tango_jax.run.roles import build_role
-from tango_jax.run.sft_data import generate_sft_records
+from tango_jax.run.sft_data import TeacherSettings, generate_sft_records
 from tango_jax.tango.kind import Kind
 from tango_jax.text.scoring_pool import OutcomeScorer
 from tango_jax.text.templates import PromptStyle
@@ -104,18 +104,15 @@ def main(argv: list[str] | None = None):
                 f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
                 f.flush()
 
-            _, stats = generate_sft_records(
-                teacher,
-                problems,
-                scorer,
-                params=params,
+            settings = TeacherSettings(
+                params,
                 chat_template=chat,
                 style=PromptStyle(args.prompt_style),
                 batch_size=args.batch_size,
                 timeout_s=scorer.timeout_s,
                 keep_all=args.keep == "all",
-                on_records=write,
             )
+            _, stats = generate_sft_records(teacher, problems, scorer, settings, on_records=write)
     finally:
         scorer.close()
         teacher.sampler.close()

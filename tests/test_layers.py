@@ -1,5 +1,7 @@
 """The package's layout rules, checked on its import graph (parsed with `ast`, nothing run) and
-on the tree of tests/.
+on the tree of tests/; and the size of its orchestration (run/, eval/, study/, the commands and
+the advantage path): no function takes more than 8 parameters, and a step, the loop's
+training and the evaluation command each fit on one screen (~50 lines).
 
 Layers, bottom to top (a module imports only from layers below its own, or from its own
 package; the commands at the top may import each other):
@@ -243,3 +245,118 @@ def test_tests_mirror_the_package():
         if not any(p.stem == f"test_{m}" or p.stem.startswith(f"test_{m}_") for m in top_modules)
     ]
     assert loose == [], "tests at the top of tests/ are for top-level modules only"
+
+
+# --- the size of the orchestration ---------------------------------------------------------------
+
+MAX_PARAMETERS = 8  # positional and keyword-only, self and cls not counted
+MAX_LINES = 50  # a screen: the step's story, told by functions that each fit on one
+# The orchestration and the advantage path: parameters beyond a handful travel grouped in a
+# small frozen dataclass (EvalSettings, AdvantageOptions, SFTJob, ...), never one by one.
+ORCHESTRATION = ("run", "eval", "study")
+ADVANTAGE_PATH = ("rl/advantages.py", "tango/process_advantages.py")
+# Functions that tell a story, each on one screen: a step, the loop's training, the
+# evaluation command.
+SHORT = {
+    "run/steps.py": ("generator_step", "verifier_step"),
+    "run/loop.py": ("TangoLoop._train",),
+    "evaluate.py": ("run",),
+}
+
+
+def commands(package: Path = PACKAGE) -> list[Path]:
+    """The `python -m` entry points: the top-level modules but schema, every __main__.py, and
+    every module that runs as a script (`if __name__ == "__main__":`)."""
+    top_level = [p for p in package.glob("*.py") if p.stem not in ("__init__", "schema")]
+    scripts = [
+        p
+        for p in package.rglob("*.py")
+        if p.name == "__main__.py" or 'if __name__ == "__main__":' in p.read_text()
+    ]
+    return sorted(set(top_level + scripts))
+
+
+def orchestration_files(package: Path = PACKAGE) -> list[Path]:
+    layers = [p for layer in ORCHESTRATION for p in (package / layer).rglob("*.py")]
+    return sorted(set(layers + commands(package) + [package / p for p in ADVANTAGE_PATH]))
+
+
+def functions(tree: ast.AST) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    """Every function of a module by its qualified name (`Class.method`, `outer.inner`)."""
+    out = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                name = f"{prefix}{child.name}"
+                if not isinstance(child, ast.ClassDef):
+                    out[name] = child
+                visit(child, f"{name}.")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    return out
+
+
+def parameter_count(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    a = fn.args
+    return sum(p.arg not in ("self", "cls") for p in a.posonlyargs + a.args + a.kwonlyargs)
+
+
+def line_count(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Lines from the `def` to the last line of the body (decorators not counted)."""
+    return fn.end_lineno - fn.lineno + 1
+
+
+def too_many_parameters(files: list[Path], root: Path = PACKAGE) -> list[str]:
+    return sorted(
+        f"{p.relative_to(root)}:{name} takes {parameter_count(fn)}"
+        for p in files
+        for name, fn in functions(ast.parse(p.read_text())).items()
+        if parameter_count(fn) > MAX_PARAMETERS
+    )
+
+
+def too_long(short: dict[str, tuple[str, ...]], root: Path = PACKAGE) -> list[str]:
+    out = []
+    for path, names in short.items():
+        found = functions(ast.parse((root / path).read_text()))
+        for name in names:
+            assert name in found, f"{path} has no function {name}"
+            if (n := line_count(found[name])) > MAX_LINES:
+                out.append(f"{path}:{name} is {n} lines")
+    return out
+
+
+def test_the_size_rules_see_the_orchestration():
+    """Guards the two tests below: they read the modules they are about."""
+    names = {str(p.relative_to(PACKAGE)) for p in orchestration_files()}
+    assert {"run/loop.py", "run/steps.py", "eval/own_data.py", "study/arith.py"} <= names
+    assert {"train.py", "evaluate.py", "plan_memory.py", "export.py", "study/__main__.py"} <= names
+    assert {"study/dynamic_sampling.py", "data/addition.py"} <= names  # run as scripts too
+    assert set(ADVANTAGE_PATH) <= names and "schema.py" not in names
+    loop = functions(ast.parse((PACKAGE / "run" / "loop.py").read_text()))
+    assert parameter_count(loop["TangoLoop.__init__"]) == 3  # cfg, mesh, stop: self not counted
+
+
+def test_no_orchestration_function_takes_more_than_8_parameters():
+    assert too_many_parameters(orchestration_files()) == []
+
+
+def test_the_step_and_the_commands_story_each_fit_on_a_screen():
+    assert too_long(SHORT) == []
+
+
+def test_the_size_rules_catch_a_long_function_and_one_with_too_many_parameters(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_LINES))
+    (tmp_path / "m.py").write_text(
+        "class C:\n"
+        "    def ok(self, a, b, c, d, e, f, g, h):\n        pass\n\n"
+        "    def wide(self, a, b, c, d, e, f, /, g, *, h, i):\n        pass\n\n\n"
+        f"def long():\n{body}\n"
+    )
+    assert too_many_parameters([tmp_path / "m.py"], root=tmp_path) == ["m.py:C.wide takes 9"]
+    assert too_long({"m.py": ("long", "C.ok")}, root=tmp_path) == [
+        f"m.py:long is {MAX_LINES + 1} lines"
+    ]

@@ -16,6 +16,7 @@ there, to the same weights as an uninterrupted stage.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -159,11 +160,7 @@ def prepare_rl_start(
     try:
         examples = sft_examples(cfg, role)
         return run_sft(
-            name,
-            stage,
-            cfg.role(role),
-            path,
-            out,
+            SFTJob(name, stage, cfg.role(role), path, out),
             examples,
             mesh=mesh,
             seed=cfg.seed,
@@ -276,12 +273,19 @@ def _balanced_draw(
     return draw
 
 
+@dataclasses.dataclass(frozen=True)
+class SFTJob:
+    """One role's SFT stage: what trains, how, from which checkpoint and to where."""
+
+    role: str  # the role's name (in metric names and errors)
+    stage: SFTStage
+    role_cfg: RoleConfig
+    init_path: Path  # the HF checkpoint it starts from
+    out_path: Path  # where the trained model is saved
+
+
 def run_sft(
-    role: str,
-    stage: SFTStage,
-    role_cfg: RoleConfig,
-    init_path: Path,
-    out_path: Path,
+    job: SFTJob,
     examples: Sequence[SFTPair | tuple[str, str]],
     *,
     mesh: Mesh,
@@ -290,8 +294,9 @@ def run_sft(
     progress: SFTProgress | None = None,
 ) -> Path:
     """Trains `stage.steps` steps of `stage.batch_size` examples drawn (seeded) from `examples`
-    and saves the result at `out_path`. `progress`: where a stopped stage saved its progress
-    (continued from there) and saves it again on a signal or the clock."""
+    and saves the result at `job.out_path`. `progress`: where a stopped stage saved its
+    progress (continued from there) and saves it again on a signal or the clock."""
+    role, stage, role_cfg, init_path = job.role, job.stage, job.role_cfg, job.init_path
     if stage.trainer.loss.objective is not Objective.SFT:
         raise ValueError(
             f"sft.{role}.trainer.loss.objective must be 'sft', got "
@@ -336,7 +341,7 @@ def run_sft(
             bar.update(1)
             if progress is not None and step < stage.steps:  # the last one: saved below
                 progress.after_step(step, trainer, rng, info)
-    out = save_pretrained(model, out_path, tokenizer=tokenizer, overwrite=True)
+    out = save_pretrained(model, job.out_path, tokenizer=tokenizer, overwrite=True)
     if progress is not None:
         progress.finished()
     return out

@@ -1,7 +1,7 @@
 """SFT data from a teacher model (TANGO_SPEC §5): the teacher solves training problems in the
 generator's `<step>` format; the solutions whose final answer is correct are kept.
 
-    records, stats = generate_sft_records(teacher, problems, scorer, params=..., ...)
+    records, stats = generate_sft_records(teacher, problems, scorer, TeacherSettings(...))
 
 The official pipeline samples Llama-3.1-70B-Instruct (its chat template around the generator
 prompt; T = 0.1, top-p 0.5, one sample, prompts of at most 1024 tokens, responses of at most
@@ -62,27 +62,35 @@ class Yield:
         )
 
 
+@dataclasses.dataclass(frozen=True)
+class TeacherSettings:
+    """How the teacher is prompted and sampled, and which of its responses are kept."""
+
+    params: SamplingParams  # `params.n` samples per problem
+    chat_template: bool  # the prompt as the user turn of its chat template (`teacher_text`)
+    style: templates.Templates  # the generator prompt's templates
+    batch_size: int  # problems per generate call
+    timeout_s: float  # the answer check's limit per response
+    keep_all: bool = False  # every response (the official pipeline), not only correct ones
+
+
 def generate_sft_records(
     teacher: Role,
     problems: Sequence[Problem],
     scorer: OutcomeScorer,
+    settings: TeacherSettings,
     *,
-    params: SamplingParams,
-    chat_template: bool,
-    style: templates.Templates,
-    batch_size: int,
-    timeout_s: float,
-    keep_all: bool = False,
     on_records=None,
 ) -> tuple[list[dict[str, Any]], Yield]:
     """`params.n` teacher samples per problem, scored against the gold answers; the correct
     ones (all with `keep_all`) as SFT records, in problem order. `on_records(chunk)` is called
     with each batch's records as they are made (to write them as it goes)."""
+    s = settings
     texts = [
         teacher_text(
-            templates.render_generator_prompt(p.question, style=style),
+            templates.render_generator_prompt(p.question, style=s.style),
             teacher.tokenizer,
-            chat_template,
+            s.chat_template,
         )
         for p in problems
     ]
@@ -93,30 +101,30 @@ def generate_sft_records(
     out: list[dict[str, Any]] = []
     sampled = correct = formatted = 0
     with Progress("teacher", total=len(fits)) as bar:
-        for start in range(0, len(fits), batch_size):
-            chunk = fits[start : start + batch_size]
-            outs = teacher.generate([teacher.encode(t) for _, t in chunk], params)
+        for start in range(0, len(fits), s.batch_size):
+            chunk = fits[start : start + s.batch_size]
+            outs = teacher.generate([teacher.encode(t) for _, t in chunk], s.params)
             chunk_problems = [p for p, _ in chunk]
             solutions, _ = feedback.score_solutions(
                 scorer,
                 chunk_problems,
                 outs,
-                timeout_s=timeout_s,
+                timeout_s=s.timeout_s,
                 kind=feedback.task_reward_kind(chunk_problems),
             )
             records = [
                 {
-                    "id": s.problem.id,
-                    "question": s.problem.question,
-                    "answer": s.problem.answer,
-                    "response": s.completion.text,  # as sampled: SFT trains on these tokens
+                    "id": sol.problem.id,
+                    "question": sol.problem.question,
+                    "answer": sol.problem.answer,
+                    "response": sol.completion.text,  # as sampled: SFT trains on these tokens
                 }
-                for s in solutions
-                if keep_all or s.correct
+                for sol in solutions
+                if s.keep_all or sol.correct
             ]
             sampled += len(solutions)
-            correct += sum(s.correct for s in solutions)
-            formatted += sum(s.format_score == 1.0 for s in solutions)
+            correct += sum(sol.correct for sol in solutions)
+            formatted += sum(sol.format_score == 1.0 for sol in solutions)
             out += records
             if on_records is not None:
                 on_records(records)
