@@ -66,7 +66,7 @@ RECORDS = sorted(
 def test_committed_run_records_configs_still_load(record):
     """A config written by an older version (fields added since take their defaults)."""
     cfg = load_saved_run_config(record)
-    assert cfg.data.task == "" and cfg.data.source.value in ("jsonl", "synthetic")
+    assert cfg.data.task == "" and cfg.data.source.value in ("jsonl", "synthetic", "line_chains")
 
 
 @pytest.mark.parametrize("name, variant", ALL)
