@@ -11,9 +11,11 @@ with the generator frozen at the instruct model (the `fixed_generator` arm: veri
 It samples at T = 0.7, where it is right on ~0.3-0.4 of its replies (T = 1: 0.20), so right and
 wrong replies are both common; the verifier samples at T = 1 as in the paper.
 
-The verifier: configs/smollm2_addition.py's format SFT with balanced batches
-(`sft.verifier.balance_verdicts`), then RL with the paper's recipe (TANGO_SPEC §1.4, §3.4,
-§6) where the CPU allows:
+The verifier: a format SFT with balanced batches (`sft.verifier.balance_verdicts`) on
+transcripts that read the reply's answer back before comparing it with the sum
+("Step 1 Analysis: The reply says 11. 5 + 8 = 13, not 11.":
+tango_jax/assets/addition/verifier_sft_restated.jsonl, SFT_STEPS batches of 8), then RL with
+the paper's recipe (TANGO_SPEC §1.4, §3.4, §6) where the CPU allows:
   * 5 verifications per solution (the paper's ROLLOUT_N);
   * KL to the SFT verifier 1e-3 (k3, low_var_kl) and an entropy bonus of 1e-3;
   * AdamW with weight decay 0.01, constant learning rate;
@@ -36,6 +38,12 @@ VERIFICATIONS = 5  # per reply (paper: 5)
 GENERATOR_T = 0.7  # the frozen generator's sampling temperature (see above)
 PROBE = 64  # balanced held-out replies, half right and half wrong
 LEARNING_RATE = 1e-5  # chosen on seed 0 (docs/verifier.md)
+# The seed-0 pilot's second setting (docs/verifier.md): the first, configs/smollm2_addition.py's
+# SFT (16 steps on transcripts that only recompute the sum), started at chance; reproduce it with
+# --config.sft.verifier.data_path=tango_jax/assets/addition/verifier_sft.jsonl
+# --config.sft.verifier.steps=16
+SFT_DATA = "tango_jax/assets/addition/verifier_sft_restated.jsonl"
+SFT_STEPS = 48  # 384 of its 576 transcripts, ~2/3 of an epoch
 
 
 def get_config(variant: str = "rl"):
@@ -55,6 +63,8 @@ def get_config(variant: str = "rl"):
     c.log_rollouts.every_steps = 1
     c.log_rollouts.max_rows = SOLUTIONS * VERIFICATIONS
     c.sft.verifier.balance_verdicts = True
+    c.sft.verifier.data_path = SFT_DATA
+    c.sft.verifier.steps = SFT_STEPS
     v = c.verifier
     v.rollout.n = VERIFICATIONS
     v.sampler.max_rows = SOLUTIONS * VERIFICATIONS // 2  # two batches of 80: memory

@@ -95,27 +95,47 @@ REPLY_SHAPES = (
     "The answer is {s}.",
     "{a} + {b} = {s}\nThe answer is {s}.",
 )
+# Two more of the instruct model's shapes at T = 0.7, for the restating transcripts: a sentence,
+# and working before the answer (a line without the sum, judged by the reply's answer).
+RESTATED_EXTRA_SHAPES = (
+    "{a} + {b} equals {s}.",
+    "To solve this, I add {a} and {b}.\n{a} + {b} = {s}\nSo, the answer is {s}.",
+)
 WRONG_BY = (-2, -1, 1, 2)
 
 
-def verifier_sft_records(problems: Sequence[Problem]) -> list[dict[str, str]]:
+def _analysis(a: int, b: int, s: int, restate: bool) -> str:
+    """One line's analysis: the sum recomputed ("7 + 5 = 12."), or with `restate` the reply's
+    answer read back and compared with it ("The reply says 11. 7 + 5 = 12, not 11."), so that
+    the verdict after it is a comparison written out rather than left to one token."""
+    if not restate:
+        return f"{a} + {b} = {a + b}."
+    verdict = "as it says" if s == a + b else f"not {s}"
+    return f"The reply says {s}. {a} + {b} = {a + b}, {verdict}."
+
+
+def verifier_sft_records(
+    problems: Sequence[Problem], restate: bool = False
+) -> list[dict[str, str]]:
     """The verifier's format SFT set (`sft.verifier.data_path` records {"question", "solution",
-    "response"}): each problem's reply in every `REPLY_SHAPES`, once with the right sum and once
-    with a wrong one (off by one of `WRONG_BY`, drawn per problem and shape); the solution as
-    the verifier sees line steps (`formats.tagged_solution`), the response the Tango
-    verification the smollm2_arith format SFT writes: one step per line, its analysis the sum
-    recomputed ("Step 1 Analysis: 7 + 5 = 12."), its label the line's truth, the verdict the
-    outcome."""
+    "response"}): each problem's reply in every `REPLY_SHAPES` (and with `restate` every
+    `RESTATED_EXTRA_SHAPES`), once with the right sum and once with a wrong one (off by one of
+    `WRONG_BY`, drawn per problem and shape); the solution as the verifier sees line steps
+    (`formats.tagged_solution`), the response the Tango verification the smollm2_arith format
+    SFT writes: one step per line, its analysis `_analysis` ("Step 1 Analysis: 7 + 5 = 12.",
+    or with `restate` "Step 1 Analysis: The reply says 11. 7 + 5 = 12, not 11."), its label
+    the reply's truth, the verdict the outcome."""
+    shapes = REPLY_SHAPES + (RESTATED_EXTRA_SHAPES if restate else ())
     records = []
     for p in problems:
         a, b = (int(x) for x in p.id.split("+"))
-        for k, shape in enumerate(REPLY_SHAPES):
+        for k, shape in enumerate(shapes):
             wrong = a + b + Draws("addition-sft", p.id, k).choice(WRONG_BY)
             for s in (a + b, wrong):
                 reply = shape.format(a=a, b=b, s=s)
                 lines = formats.split_lines(reply)
                 label = formats.CORRECT if s == a + b else formats.INCORRECT
-                analysis = f"{a} + {b} = {a + b}."
+                analysis = _analysis(a, b, s, restate)
                 analyses = [f"Step {i + 1} Analysis: {analysis}" for i in range(len(lines))]
                 judgments = [1 if label == formats.CORRECT else -1] * len(lines)
                 records.append(
@@ -141,10 +161,12 @@ def main() -> int:
         problems = addition_problems(TRAIN_AND_EVAL, split)
         write_jsonl(problems, ASSETS / f"{split}.jsonl")
         print(f"{ASSETS / split}.jsonl: {len(problems)} problems")
-    records = verifier_sft_records(addition_problems(TRAIN_AND_EVAL, "train"))
-    lines = [json.dumps(r) for r in records]
-    (ASSETS / "verifier_sft.jsonl").write_text("\n".join(lines) + "\n")
-    print(f"{ASSETS / 'verifier_sft'}.jsonl: {len(records)} records (training questions only)")
+    train = addition_problems(TRAIN_AND_EVAL, "train")
+    for name, restate in (("verifier_sft", False), ("verifier_sft_restated", True)):
+        records = verifier_sft_records(train, restate=restate)
+        lines = [json.dumps(r) for r in records]
+        (ASSETS / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
+        print(f"{ASSETS / name}.jsonl: {len(records)} records (training questions only)")
     return 0
 
 

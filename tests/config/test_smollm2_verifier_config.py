@@ -36,4 +36,6 @@ def test_the_papers_recipe_on_a_frozen_generator():
     assert v.trainer.optimizer.weight_decay == 0.01
     assert cfg.data.prompts_per_step >= 32 and cfg.generator.rollout.n == 1
     assert cfg.sft.verifier.enable and cfg.sft.verifier.balance_verdicts
+    assert cfg.sft.verifier.data_path.endswith("verifier_sft_restated.jsonl")
+    assert (ROOT / cfg.sft.verifier.data_path).is_file()
     assert cfg.eval.verifier_probe_size == 64

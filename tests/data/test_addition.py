@@ -47,7 +47,8 @@ def test_shipped_files_are_the_module_output(tmp_path, monkeypatch):
     shipped = Path(addition.ASSETS)
     monkeypatch.setattr(addition, "ASSETS", tmp_path)
     addition.main()
-    for name in ("train.jsonl", "eval.jsonl", "generator_prompt.json", "verifier_sft.jsonl"):
+    shipped_files = ("train.jsonl", "eval.jsonl", "generator_prompt.json", "verifier_sft.jsonl")
+    for name in (*shipped_files, "verifier_sft_restated.jsonl"):
         assert (tmp_path / name).read_text() == (shipped / name).read_text(), name
     assert json.loads((tmp_path / "generator_prompt.json").read_text()) == {
         "template": "{question}"
@@ -74,4 +75,27 @@ def test_verifier_sft_records_judge_every_line_by_its_truth():
         assert f"Analysis: {a} + {b} = {a + b}." in r["response"]
         assert 1 <= abs(said - (a + b)) <= 2 or said == a + b
         verdicts.append(v.verdict)
+    assert verdicts.count(formats.CORRECT) == len(records) // 2
+
+
+def test_restating_records_read_the_replys_answer_back_before_the_verdict():
+    """With `restate`, every line's analysis reads the reply's answer back and compares it with
+    the sum, worked by hand for 2 + 2: right, "as it says"; wrong, "not <answer>". The two extra
+    shapes come in, and the set stays balanced between the verdicts."""
+    train = addition.addition_problems(addition.TRAIN_AND_EVAL, "train")
+    records = addition.verifier_sft_records(train, restate=True)
+    shapes = len(addition.REPLY_SHAPES) + len(addition.RESTATED_EXTRA_SHAPES)
+    assert len(records) == len(train) * shapes * 2
+    first = [r for r in records if r["question"].startswith("What is 2 + 2?")]
+    assert first[0]["solution"] == "<step>4</step>"
+    assert "Step 1 Analysis: The reply says 4. 2 + 2 = 4, as it says." in first[0]["response"]
+    wrong = int(re.findall(r"\d+", first[1]["solution"])[-1])
+    assert wrong != 4
+    assert f"The reply says {wrong}. 2 + 2 = 4, not {wrong}." in first[1]["response"]
+    for r in records:
+        v = formats.parse_verification(r["response"])
+        said = int(re.findall(r"\d+", formats.split_steps(r["solution"])[-1].text)[-1])
+        steps = formats.split_steps(r["solution"])
+        assert r["response"].count(f"The reply says {said}.") == len(steps) == len(v.step_judgments)
+    verdicts = [formats.parse_verification(r["response"]).verdict for r in records]
     assert verdicts.count(formats.CORRECT) == len(records) // 2
