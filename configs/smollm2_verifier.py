@@ -44,6 +44,7 @@ LEARNING_RATE = 1e-5  # chosen on seed 0 (docs/verifier.md)
 # --config.sft.verifier.steps=16
 SFT_DATA = "tango_jax/assets/addition/verifier_sft_restated.jsonl"
 SFT_STEPS = 48  # 384 of its 576 transcripts, ~2/3 of an epoch
+VERIFIER_TOKENS = 192  # the SFT's longest transcript is 160 tokens (a 3-line reply, restated)
 
 
 def get_config(variant: str = "rl"):
@@ -67,6 +68,7 @@ def get_config(variant: str = "rl"):
     c.sft.verifier.steps = SFT_STEPS
     v = c.verifier
     v.rollout.n = VERIFICATIONS
+    v.rollout.max_tokens = v.response_bucket = VERIFIER_TOKENS
     v.sampler.max_rows = SOLUTIONS * VERIFICATIONS // 2  # two batches of 80: memory
     v.trainer.micro_batch_size = 8  # memory (the KL reference is a third copy)
     v.trainer.optimizer.learning_rate = LEARNING_RATE
