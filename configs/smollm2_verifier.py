@@ -41,7 +41,8 @@ LEARNING_RATE = 1e-5  # chosen on seed 0 (docs/verifier.md)
 # The seed-0 pilot's second setting (docs/verifier.md): the first, configs/smollm2_addition.py's
 # SFT (16 steps on transcripts that only recompute the sum), started at chance; reproduce it with
 # --config.sft.verifier.data_path=tango_jax/assets/addition/verifier_sft.jsonl
-# --config.sft.verifier.steps=16
+# --config.sft.verifier.steps=16 --config.verifier.rollout.max_tokens=128
+# --config.verifier.response_bucket=128
 SFT_DATA = "tango_jax/assets/addition/verifier_sft_restated.jsonl"
 SFT_STEPS = 48  # 384 of its 576 transcripts, ~2/3 of an epoch
 VERIFIER_TOKENS = 192  # the SFT's longest transcript is 160 tokens (a 3-line reply, restated)
