@@ -38,13 +38,15 @@ VERIFICATIONS = 5  # per reply (paper: 5)
 GENERATOR_T = 0.7  # the frozen generator's sampling temperature (see above)
 PROBE = 64  # balanced held-out replies, half right and half wrong
 LEARNING_RATE = 1e-5  # chosen on seed 0 (docs/verifier.md)
-# The seed-0 pilot's second setting (docs/verifier.md): the first, configs/smollm2_addition.py's
-# SFT (16 steps on transcripts that only recompute the sum), started at chance; reproduce it with
+# The seed-0 pilot's three settings (docs/verifier.md). The first, configs/smollm2_addition.py's
+# SFT (16 steps on transcripts that only recompute the sum), started at chance and drifted to
+# INCORRECT; reproduce it with
 # --config.sft.verifier.data_path=tango_jax/assets/addition/verifier_sft.jsonl
-# --config.sft.verifier.steps=16 --config.verifier.rollout.max_tokens=128
-# --config.verifier.response_bucket=128
+# --config.verifier.rollout.max_tokens=128 --config.verifier.response_bucket=128
+# The second, 48 steps of the transcripts below (--config.sft.verifier.steps=48), started good
+# and RL left it flat. The third, 16 steps of them (this config), starts weaker and RL improves it.
 SFT_DATA = "tango_jax/assets/addition/verifier_sft_restated.jsonl"
-SFT_STEPS = 48  # 384 of its 576 transcripts, ~2/3 of an epoch
+SFT_STEPS = 16  # 128 of its 576 transcripts: a start that leaves RL room
 VERIFIER_TOKENS = 192  # the SFT's longest transcript is 160 tokens (a 3-line reply, restated)
 
 
