@@ -26,6 +26,7 @@ import numpy as np
 from flax import nnx
 
 from tango_jax.models.transformer import KVCache, Transformer
+from tango_jax.parallel.buckets import round_up
 from tango_jax.parallel.distributed import fetch
 from tango_jax.parallel.mesh import constrain
 from tango_jax.rollout.sampling import Sampling, sample_step
@@ -176,12 +177,13 @@ class SegmentedDecode:
         return tokens, logps, lengths, stopped
 
     def _smaller_batch(self, done: np.ndarray) -> np.ndarray | None:
-        """Indices of the rows of a batch half as large or smaller (a multiple of row_bucket)
-        that holds every running row, padded with finished ones; None: keep the batch."""
+        """Indices of the rows of a batch about half as large or smaller (half, a quarter, ...
+        of the rows, each rounded up to a multiple of row_bucket) that holds every running
+        row, padded with finished ones; None: keep the batch."""
         b, running = len(done), int((~done).sum())
         size = b
-        while size // 2 % self.row_bucket == 0 and size // 2 >= max(running, 1):
-            size //= 2
+        while (half := round_up(-(-size // 2), self.row_bucket)) < size and half >= running:
+            size = half
         if size == b:
             return None
         live = np.flatnonzero(~done)

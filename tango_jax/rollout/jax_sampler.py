@@ -222,7 +222,7 @@ class JaxSampler:
         return {}  # in-process: no servers to restart, no requests to retry
 
     def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
-        rows = [pr.token_ids for pr in prompts for _ in range(params.n)]
+        rows = [tuple(pr.token_ids) for pr in prompts for _ in range(params.n)]
         out: list[Completion] = []
         base_seed = params.seed if params.seed is not None else self._next_seed()
         key = jax.random.key(base_seed)
