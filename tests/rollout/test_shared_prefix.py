@@ -20,10 +20,11 @@ from tango_jax.rollout.sampling import race_draw
 from tango_jax.rollout.shared_prefill import PREFIX_GRANULE, common_prefix_len, plan_prefill
 
 
-def _prompts(seed: int = 0) -> list[Prompt]:
-    """Eleven prompts behind a shared 21-token prefix, of 1-29 more tokens, one repeated."""
+def _prompts(seed: int = 0, shared: int = 21) -> list[Prompt]:
+    """Eleven prompts behind a common `shared`-token prefix, of 1-29 more tokens, one repeated
+    (shared = 0: the prompts' first tokens differ, nothing is prefilled once per batch)."""
     rng = np.random.default_rng(seed)
-    prefix = tuple(rng.integers(3, 500, 21).tolist())
+    prefix = tuple(rng.integers(3, 500, shared).tolist())
     prompts = [
         Prompt(prefix + tuple(rng.integers(3, 500, int(k)).tolist()))
         for k in rng.integers(1, 30, 10)
@@ -77,28 +78,34 @@ def test_shared_prefix_samples_equal_the_plain_samplers(family, devices):
     assert prefill.prefix._cache_size() >= 1 and prefill.group._cache_size() >= 2
 
 
-@pytest.mark.parametrize(
-    "params",
-    [
-        SamplingParams(n=2, temperature=0.0, max_tokens=12),
-        SamplingParams(
-            n=4, temperature=0.7, top_k=20, top_p=0.9, max_tokens=16, seed=5, stop_token_ids=STOPS
-        ),
-    ],
-    ids=["greedy", "top-k-top-p"],
+FILTERED = SamplingParams(
+    n=4, temperature=0.7, top_k=20, top_p=0.9, max_tokens=16, seed=5, stop_token_ids=STOPS
 )
-def test_shared_prefix_equals_plain_greedy_and_filtered(params):
+
+
+@pytest.mark.parametrize(
+    "params, shared, decode_block",
+    [
+        (SamplingParams(n=2, temperature=0.0, max_tokens=12), 21, 0),
+        (FILTERED, 21, 0),
+        (FILTERED, 0, 0),
+        (FILTERED, 21, 2),
+    ],
+    ids=["greedy", "top-k-top-p", "no-common-prefix", "chunked-decode"],
+)
+def test_shared_prefix_equals_plain_other_settings(params, shared, decode_block):
+    """Greedy and filtered sampling; prompts without a common prefix (each distinct prompt
+    prefilled whole, once); the chunked decode (decode_block > 0) on both paths."""
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
     model = _model("tiny-qwen2", mesh)
-    prompts = _prompts(1)
-    kw = dict(mesh=mesh, prompt_bucket=16)
-    want = _flat(
-        JaxSampler(model, tiny_tokenizer(), share_prefix=False, **kw).generate(prompts, params)
-    )
-    got = _flat(
-        JaxSampler(model, tiny_tokenizer(), decode_segment=4, **kw).generate(prompts, params)
-    )
+    prompts = _prompts(1, shared)
+    assert common_prefix_len([p.token_ids for p in prompts]) == shared
+    kw = dict(mesh=mesh, prompt_bucket=16, decode_block=decode_block)
+    plain = JaxSampler(model, tiny_tokenizer(), share_prefix=False, **kw)
+    sharing = JaxSampler(model, tiny_tokenizer(), decode_segment=4, **kw)
+    want, got = _flat(plain.generate(prompts, params)), _flat(sharing.generate(prompts, params))
     _assert_same(got, want)
+    assert (sharing._shared[0].prefix._cache_size() > 0) == (shared > 0)
 
 
 def test_samples_do_not_depend_on_max_rows_or_decode_segment():
@@ -211,6 +218,11 @@ def test_segments_and_the_smaller_batch():
     done[:17] = False  # 18 running: stays at 32
     assert d._smaller_batch(done) is None
     assert d._smaller_batch(np.ones(8, bool)) is None  # already the smallest batch
+    done = np.ones(40, bool)  # 5 buckets: 24, 16, 8 rows (halves rounded up to a bucket)
+    done[:10] = False
+    assert len(d._smaller_batch(done)) == 16
+    done[:17] = False
+    assert len(d._smaller_batch(done)) == 24
 
 
 def test_share_prefix_is_a_config_field_that_reaches_the_sampler():
