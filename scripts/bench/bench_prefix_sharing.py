@@ -3,6 +3,7 @@ step of configs/smollm2_addition.py:tango, in one process.
 
     python scripts/bench/bench_prefix_sharing.py                        # shared vs plain
     python scripts/bench/bench_prefix_sharing.py --baseline-rev a8a4820 # + that commit's sampler
+    python scripts/bench/bench_prefix_sharing.py --preset tiny-qwen2 --rounds 1  # smoke check
 
 Phases, with the config's sampler settings (SmolLM2-135M-Instruct, float32, one CPU device):
   judging     the verifier's 64 judging prompts of a logged step (scripts/bench/
@@ -22,6 +23,11 @@ tokens, and the work counted from the prompts and the sampled lengths (prefill t
 positions incl. padding; decode row-steps incl. finished and padding rows); the ratios
 plain / shared and rev / shared; and whether shared and plain sampled the same tokens (they
 share the random streams; log-probs agree to float rounding).
+
+--preset NAME: a smoke check of the script (seconds, not a measurement): a random-weight model
+of that preset, its vocabulary widened to the tokenizer's, stands in for --model's weights; the
+prompts and the tokenizer are still those of configs/smollm2_addition.py (models/ must hold the
+SmolLM2 tokenizer).
 """
 
 from __future__ import annotations
@@ -42,10 +48,11 @@ import numpy as np
 from flax import nnx
 from smollm2_prompts import tango_step_prompts
 
-from tango_jax.models import from_pretrained
+from tango_jax.models import Transformer, from_pretrained, presets
 from tango_jax.models.tokenizer import load_tokenizer
 from tango_jax.parallel.buckets import round_up
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
+from tango_jax.parallel.partition import init_sharded
 from tango_jax.rollout.base import SamplingParams
 from tango_jax.rollout.decode_loop import SegmentedDecode, segments
 from tango_jax.rollout.jax_sampler import DECODE_SEGMENT, JaxSampler
@@ -125,12 +132,17 @@ def main(argv: list[str]) -> int:
     p.add_argument("--phases", default="judging,generation")
     p.add_argument("--baseline-rev", help="also time this git revision's sampler")
     p.add_argument("--split", action="store_true", help="also time max_tokens = 1 (prefill)")
+    p.add_argument("--preset", help="smoke check: a random-weight model of this preset")
     args = p.parse_args(argv)
 
     gen, ver = tango_step_prompts(args.record, args.step)
-    model = from_pretrained(args.model)
     tokenizer = load_tokenizer(args.model)
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
+    if args.preset:
+        cfg = presets.get(args.preset, vocab_size=len(tokenizer))
+        model = init_sharded(lambda: Transformer(cfg, rngs=nnx.Rngs(0)), mesh)
+    else:
+        model = from_pretrained(args.model)
     rev_cls, rev_model = (
         revision_sampler_class(args.baseline_rev, model) if args.baseline_rev else (None, None)
     )
