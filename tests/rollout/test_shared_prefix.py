@@ -41,6 +41,13 @@ def _model(name: str, mesh):
     return init_sharded(lambda: Transformer(presets.get(name), rngs=nnx.Rngs(0)), mesh)
 
 
+@pytest.fixture(scope="module")
+def qwen2():
+    """(one-device mesh, tiny-qwen2 on it), shared by the tests that need no other model."""
+    mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
+    return mesh, _model("tiny-qwen2", mesh)
+
+
 def _flat(out):
     return [c for per_prompt in out for c in per_prompt]
 
@@ -93,11 +100,10 @@ FILTERED = SamplingParams(
     ],
     ids=["greedy", "top-k-top-p", "no-common-prefix", "chunked-decode"],
 )
-def test_shared_prefix_equals_plain_other_settings(params, shared, decode_block):
+def test_shared_prefix_equals_plain_other_settings(qwen2, params, shared, decode_block):
     """Greedy and filtered sampling; prompts without a common prefix (each distinct prompt
     prefilled whole, once); the chunked decode (decode_block > 0) on both paths."""
-    mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
-    model = _model("tiny-qwen2", mesh)
+    mesh, model = qwen2
     prompts = _prompts(1, shared)
     assert common_prefix_len([p.token_ids for p in prompts]) == shared
     kw = dict(mesh=mesh, prompt_bucket=16, decode_block=decode_block)
@@ -108,11 +114,10 @@ def test_shared_prefix_equals_plain_other_settings(params, shared, decode_block)
     assert (sharing._shared[0].prefix._cache_size() > 0) == (shared > 0)
 
 
-def test_samples_do_not_depend_on_max_rows_or_decode_segment():
+def test_samples_do_not_depend_on_max_rows_or_decode_segment(qwen2):
     """Each row has its own random stream: batches of 8 rows or of all of them, looked at every
     3 or 16 steps, sample the same tokens."""
-    mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
-    model = _model("tiny-qwen2", mesh)
+    mesh, model = qwen2
     prompts = _prompts(2)[:6]
     params = SamplingParams(n=4, temperature=1.0, max_tokens=12, seed=9, stop_token_ids=STOPS)
     small = JaxSampler(model, tiny_tokenizer(), mesh=mesh, max_rows=8, decode_segment=3)
@@ -121,9 +126,9 @@ def test_samples_do_not_depend_on_max_rows_or_decode_segment():
     _assert_same(a, b)
 
 
-def test_a_second_call_of_the_same_shapes_compiles_nothing():
-    mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
-    s = JaxSampler(_model("tiny-qwen2", mesh), tiny_tokenizer(), mesh=mesh, prompt_bucket=16)
+def test_a_second_call_of_the_same_shapes_compiles_nothing(qwen2):
+    mesh, model = qwen2
+    s = JaxSampler(model, tiny_tokenizer(), mesh=mesh, prompt_bucket=16)
     params = SamplingParams(n=2, temperature=1.0, max_tokens=6, seed=0)
     s.generate(_prompts(3), params)
     prefill, decode = s._shared
@@ -227,7 +232,7 @@ def test_segments_and_the_smaller_batch():
     assert len(d._smaller_batch(done)) == 24
 
 
-def test_share_prefix_is_a_config_field_that_reaches_the_sampler():
+def test_share_prefix_is_a_config_field_that_reaches_the_sampler(qwen2):
     from tango_jax.config.roles import RoleConfig, SamplerSettings
     from tango_jax.config.run import base_config, load_run_config
     from tango_jax.run.roles import make_sampler
@@ -237,8 +242,7 @@ def test_share_prefix_is_a_config_field_that_reaches_the_sampler():
     assert load_run_config(c).verifier.sampler.share_prefix  # on by default
     c.verifier.sampler.share_prefix = False
     assert not load_run_config(c).verifier.sampler.share_prefix
-    mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
-    model = _model("tiny-qwen2", mesh)
+    mesh, model = qwen2
     for share in (True, False):
         role = RoleConfig(sampler=SamplerSettings(share_prefix=share))
         sampler = make_sampler(role, model, model.config, tiny_tokenizer(), mesh, None)
