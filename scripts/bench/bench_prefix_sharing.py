@@ -5,7 +5,9 @@ step of configs/smollm2_addition.py:tango, in one process.
     python scripts/bench/bench_prefix_sharing.py --baseline-rev a8a4820 # + that commit's sampler
     python scripts/bench/bench_prefix_sharing.py --preset tiny-qwen2 --rounds 1  # smoke check
 
-Phases, with the config's sampler settings (SmolLM2-135M-Instruct, float32, one CPU device):
+Phases, with the config's sampler settings (SmolLM2-135M-Instruct, float32, one CPU device;
+--verifier-model: the judging phase's weights, e.g. a run's SFT verifier, whose verifications
+stop where a run's do, where the instruct model's often run on to the token limit):
   judging     the verifier's 64 judging prompts of a logged step (scripts/bench/
               smollm2_prompts.py), 1 verification each, T = 1, up to 128 tokens,
               prompt_bucket 32, max_rows 64;
@@ -126,6 +128,11 @@ def work(sampler: JaxSampler, prompts, params: SamplingParams, lengths, share: b
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--model", default="models/SmolLM2-135M-Instruct")
+    p.add_argument(
+        "--verifier-model",
+        help="the judging phase's weights (default --model), e.g. a run's SFT verifier "
+        "(RUN_DIR/sft/verifier), which writes verifications of the length a run's do",
+    )
     p.add_argument("--record", default="docs/compare_trl/runs/tango_s1")
     p.add_argument("--step", type=int, default=5, help="a generator step of the record")
     p.add_argument("--rounds", type=int, default=3)
@@ -141,28 +148,32 @@ def main(argv: list[str]) -> int:
     if args.preset:
         cfg = presets.get(args.preset, vocab_size=len(tokenizer))
         model = init_sharded(lambda: Transformer(cfg, rngs=nnx.Rngs(0)), mesh)
+        verifier = model
     else:
         model = from_pretrained(args.model)
-    rev_cls, rev_model = (
-        revision_sampler_class(args.baseline_rev, model) if args.baseline_rev else (None, None)
-    )
+        verifier = from_pretrained(args.verifier_model) if args.verifier_model else model
     phases = {
         "judging": (ver, SamplingParams(n=1, temperature=1.0, max_tokens=128, seed=1), 32),
         "generation": (gen, SamplingParams(n=8, temperature=1.0, max_tokens=64, seed=1), 16),
     }
     for phase in args.phases.split(","):
         prompts, params, bucket = phases[phase]
+        weights = verifier if phase == "judging" else model
+        rev_cls, rev_model = None, None
+        if args.baseline_rev:
+            rev_cls, rev_model = revision_sampler_class(args.baseline_rev, weights)
         kw = dict(mesh=mesh, max_rows=64, prompt_bucket=bucket)
         arms = {
-            "shared": JaxSampler(model, tokenizer, share_prefix=True, **kw),
-            "plain": JaxSampler(model, tokenizer, share_prefix=False, **kw),
+            "shared": JaxSampler(weights, tokenizer, share_prefix=True, **kw),
+            "plain": JaxSampler(weights, tokenizer, share_prefix=False, **kw),
         }
         if rev_cls is not None:
             arms["rev"] = rev_cls(rev_model, tokenizer, **kw)
         calls = [("", params)]
         if args.split:
             calls.append(("prefill_", dataclasses.replace(params, max_tokens=1)))
-        result, outputs = {"phase": phase, "step": args.step}, {}
+        source = args.verifier_model if phase == "judging" and args.verifier_model else args.model
+        result, outputs = {"phase": phase, "step": args.step, "model": args.preset or source}, {}
         for prefix, call_params in calls:
             first, times = {}, {name: [] for name in arms}
             for name, s in arms.items():
