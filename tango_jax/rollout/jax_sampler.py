@@ -53,6 +53,7 @@ from tango_jax.rollout.shared_prefill import SharedPrefill, plan_prefill
 # Decode steps between two looks at which rows have finished (share_prefix, decode_block 0):
 # each look is a host round trip; 16 steps of a 64-row SmolLM2 batch take ~2 s on 2 cores.
 DECODE_SEGMENT = 16
+ROW_BUCKET = 8  # rows per call padded to a multiple of this (and of the data-parallel devices)
 
 
 def _generate(
@@ -166,7 +167,7 @@ class JaxSampler:
         *,
         mesh: Mesh,
         max_rows: int = 256,
-        row_bucket: int = 8,
+        row_bucket: int = ROW_BUCKET,
         prompt_bucket: int = 64,
         cache_dtype=None,
         decode_block: int = 0,
