@@ -54,7 +54,10 @@ A role whose sampler is the embedded JAX one (`<role>.sampler.backend=jax`) gets
 fewer, prompts padded to the role's prompt budget, `rollout.max_tokens` new tokens), planned
 the same way (`rollout.memory_plan.generate_memory`); its "batch" column is the KV cache (held in
 its temporaries), and its "other_model_resident" counts the role's own optimizer state and
-reference besides the other model, since the sampler runs between the steps beside them.
+reference besides the other model, since the sampler runs between the steps beside them. With
+`sampler.share_prefix` (the default) the peak also counts the distinct prompts' caches that the
+shared prefill holds while it lays out the rows' cache (at most rows / `rollout.n` prompts, in
+groups of `row_bucket`; per device an upper bound), which the "batch" column includes.
 
 Caveat: the plan is the CPU compiler's. GPU XLA fuses differently and assigns buffers
 differently (and CPU may widen bf16 arithmetic to f32), so read the temporaries as an estimate
@@ -186,15 +189,20 @@ def sampler_plan(cfg: RunConfig, kind, mcfg, mesh, depths, layers) -> GenerateMe
     step's, if fewer) of prompts padded to the role's prompt budget, `rollout.max_tokens` new."""
     from tango_jax.parallel.buckets import round_up
     from tango_jax.rl.memory_plan import linear_fit
+    from tango_jax.rollout.jax_sampler import ROW_BUCKET
     from tango_jax.rollout.memory_plan import generate_memory
 
     role = cfg.role(kind)
     s = role.sampler
+    rows = sampler_rows(cfg, kind, mesh)
+    group = round_up(ROW_BUCKET, mesh.shape["data"] * mesh.shape["fsdp"])  # as JaxSampler's
     shape = dict(
-        rows=sampler_rows(cfg, kind, mesh),
+        rows=rows,
         prompt_len=round_up(role.max_prompt_len, s.prompt_bucket),
         max_tokens=role.rollout.max_tokens,
         decode_block=s.decode_block,
+        # share_prefix: at most rows / n distinct prompts, prefilled in groups of row_bucket
+        distinct_rows=round_up(-(-rows // role.rollout.n), group) if s.share_prefix else 0,
     )
     plans = []
     for depth in depths:
@@ -235,7 +243,8 @@ def table(plans: dict, cfg: RunConfig, mesh, device_gb: list[float]) -> list[dic
                 "params": p.params / GB,
                 "opt_state": own.opt_state / GB,
                 "ref_params": own.ref_params / GB,
-                "batch": p.kv_cache / GB,  # the KV cache (within the temporaries)
+                # the KV cache (within the temporaries) and the shared prefill's groups
+                "batch": (p.kv_cache + p.prefill_groups) / GB,
                 "xla_arguments": p.arguments / GB,
                 "xla_outputs_not_aliased": p.outputs / GB,
                 "xla_temporaries": p.temporaries / GB,

@@ -58,6 +58,11 @@ class SamplerSettings:
     # decode in chunks of N, 2N, 4N, ... steps, each attending over the filled prefix only
     # (same tokens; rollout/jax_sampler.py, A/B on a GPU with scripts/bench/gpu_check.py)
     decode_block: int = 0
+    # JAX sampler: prefill each distinct prompt once (its n samples share its KV cache) and the
+    # batch's common token prefix once, and drop finished rows from the decode; False = the
+    # plain sampler, which computes every row in full (the same tokens; rollout/jax_sampler.py,
+    # docs/benchmarks.md "Prefix sharing in the JAX sampler")
+    share_prefix: bool = True
     vllm: VLLMConfig = VLLMConfig()  # backend = vllm: the servers (rollout/vllm/config.py)
 
     def __post_init__(self):

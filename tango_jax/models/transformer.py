@@ -164,16 +164,20 @@ def query_block(length: int) -> int:
     return 0 if length <= 64 else 64 * math.ceil(length / (16 * 64))
 
 
-def _einsum_attention(q_BxTxKxGxH, k_BxSxKxH, v_BxSxKxH, mask_BxTxS):
-    """Softmax attention over materialised float32 [B, K, G, T, S] scores."""
+def _einsum_attention(q_BxTxKxGxH, k, v, mask_BxTxS, kv_layout: str = "BSKH"):
+    """Softmax attention over materialised float32 [B, K, G, T, S] scores.
+
+    kv_layout: the keys' and values' axes, "BSKH" (a plain forward's [B, S, K, H]) or "BKSH"
+    (the KV cache's [B, K, S, H], whose (B, K) batch axes lead, as the products want them).
+    """
     h = q_BxTxKxGxH.shape[-1]
     scores = jnp.einsum(
-        "BTKGH,BSKH->BKGTS", q_BxTxKxGxH, k_BxSxKxH, preferred_element_type=jnp.float32
+        f"BTKGH,{kv_layout}->BKGTS", q_BxTxKxGxH, k, preferred_element_type=jnp.float32
     )
     scores = scores / math.sqrt(h)
     scores = jnp.where(mask_BxTxS[:, None, None], scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1).astype(q_BxTxKxGxH.dtype)
-    return jnp.einsum("BKGTS,BSKH->BTKGH", probs, v_BxSxKxH)
+    return jnp.einsum(f"BKGTS,{kv_layout}->BTKGH", probs, v)
 
 
 def _blocked_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, mask_BxTxT, block: int):
@@ -204,12 +208,12 @@ def _blocked_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, mask_BxTxT, block: int
 PREFILL_SCORES_BYTES = 256 * 2**20
 
 
-def _scores_bytes(q_BxTxKxGxH, k_BxSxKxH) -> int:
+def _scores_bytes(q_BxTxKxGxH, slots: int) -> int:
     b, t, kh, g, _ = q_BxTxKxGxH.shape
-    return 4 * b * kh * g * t * k_BxSxKxH.shape[1]
+    return 4 * b * kh * g * t * slots
 
 
-def _query_blocked_attention(q_BxTxKxGxH, k_BxSxKxH, v_BxSxKxH, mask_BxTxS, block: int):
+def _query_blocked_attention(q_BxTxKxGxH, k_BxKxSxH, v_BxKxSxH, mask_BxTxS, block: int):
     """`_einsum_attention`, `block` queries at a time against every key, one block after
     another (`lax.map`): the same numbers, with one block's scores alive instead of all T x S
     (a cached prefill of 64 rows of 2048 prompt tokens over 4096 slots held 60 GB of float32
@@ -224,7 +228,7 @@ def _query_blocked_attention(q_BxTxKxGxH, k_BxSxKxH, v_BxSxKxH, mask_BxTxS, bloc
     q_NxBxCxKxGxH = jnp.moveaxis(q.reshape(b, nb, block, *q.shape[2:]), 1, 0)
     mask_NxBxCxS = jnp.moveaxis(mask.reshape(b, nb, block, mask.shape[-1]), 1, 0)
     out = jax.lax.map(
-        lambda qm: _einsum_attention(qm[0], k_BxSxKxH, v_BxSxKxH, qm[1]),
+        lambda qm: _einsum_attention(qm[0], k_BxKxSxH, v_BxKxSxH, qm[1], "BKSH"),
         (q_NxBxCxKxGxH, mask_NxBxCxS),
     )  # [N, B, C, K, G, H]
     return jnp.moveaxis(out, 0, 1).reshape(b, nb * block, *out.shape[3:])[:, :t]
@@ -262,7 +266,10 @@ def compact_padding(valid_BxT: jax.Array) -> tuple[jax.Array, jax.Array]:
 class KVCache(NamedTuple):
     """Per-layer key/value buffers plus slot bookkeeping (a pytree; donate it to jitted steps).
 
-    k, v: L arrays [B, S, K, H]. valid: [B, S] which slots hold real tokens. lengths: [B]
+    k, v: L arrays [B, K, S, H] (heads before slots: a decode step's attention products then
+    need no transposed copy of the cache; in the [B, S, K, H] order XLA:CPU copied the whole
+    cache every step, and a SmolLM2 decode step of 64 rows over 320 slots took 0.64 s against
+    0.2 s, docs/benchmarks.md). valid: [B, S] which slots hold real tokens. lengths: [B]
     number of real tokens so far (the next token's position). index: [] next slot to write.
     """
 
@@ -275,7 +282,7 @@ class KVCache(NamedTuple):
     @classmethod
     def init(cls, config: ModelConfig, batch: int, length: int, dtype=None) -> KVCache:
         dtype = dtype or config.dtype
-        shape = (batch, length, config.num_kv_heads, config.head_dim)
+        shape = (batch, config.num_kv_heads, length, config.head_dim)
         return cls(
             k=tuple(jnp.zeros(shape, dtype) for _ in range(config.num_layers)),
             v=tuple(jnp.zeros(shape, dtype) for _ in range(config.num_layers)),
@@ -415,31 +422,42 @@ class Attention(nnx.Module):
             k = apply_rope(k, frame.positions, inv_freq)
         v = self._project(x_BxTxD, "v")
         q = constrain(q, ("batch", "act_len", "act_heads", None))
-        if kv is not None:  # write the new keys/values into their slots, attend over all slots
-            k_cache = jax.lax.dynamic_update_slice(
-                kv[0], k.astype(kv[0].dtype), (0, frame.index, 0, 0)
-            )
-            v_cache = jax.lax.dynamic_update_slice(
-                kv[1], v.astype(kv[1].dtype), (0, frame.index, 0, 0)
-            )
-            kv = (k_cache, v_cache)
-            span = frame.mask.shape[-1]  # slots read: all of them, or the filled prefix
-            if span < k_cache.shape[1]:
-                k_cache, v_cache = k_cache[:, :span], v_cache[:, :span]
-            k, v = k_cache.astype(q.dtype), v_cache.astype(q.dtype)
         b, t, n, h = q.shape
-        if kv is None and use_cudnn(c, q.dtype):
+        if kv is not None:
+            out, kv = self._attend_cache(q, k, v, frame, kv)
+            return self._adapted(out.reshape(b, t, n, h), "o", in_axes=2), kv
+        if use_cudnn(c, q.dtype):
             out = cudnn_attention(q, k.astype(q.dtype), v.astype(q.dtype), frame)
             return self._adapted(out, "o", in_axes=2), kv
         q = q.reshape(b, t, c.num_kv_heads, n // c.num_kv_heads, h)  # [B, T, K, G, H]
-        if kv is not None and query_block(t) and _scores_bytes(q, k) > PREFILL_SCORES_BYTES:
-            # a large prefill into the cache, on any backend
-            out = _query_blocked_attention(q, k, v, frame.mask, query_block(t))
-        elif kv is None and attention_block(c, t):
+        if attention_block(c, t):
             out = _blocked_attention(q, k, v, frame.mask, attention_block(c, t))
         else:
             out = _einsum_attention(q, k, v, frame.mask)
         return self._adapted(out.reshape(b, t, n, h), "o", in_axes=2), kv
+
+    def _attend_cache(self, q_BxTxNxH, k_BxTxKxH, v_BxTxKxH, frame: Frame, kv):
+        """Writes the new keys/values into their cache slots ([B, K, S, H] buffers) and attends
+        over the slots (all of them, or the filled prefix `frame.mask` spans). Returns the
+        attention output [B, T, K, G, H] and the new (k, v) buffers."""
+        b, t, n, h = q_BxTxNxH.shape
+        kh = self.config.num_kv_heads
+        k_cache, v_cache = (
+            jax.lax.dynamic_update_slice(
+                buf, jnp.swapaxes(new, 1, 2).astype(buf.dtype), (0, 0, frame.index, 0)
+            )
+            for buf, new in ((kv[0], k_BxTxKxH), (kv[1], v_BxTxKxH))
+        )  # [B, K, S, H]
+        span = frame.mask.shape[-1]  # slots read: all of them, or the filled prefix
+        k, v = k_cache[:, :, :span], v_cache[:, :, :span]
+        k, v = k.astype(q_BxTxNxH.dtype), v.astype(q_BxTxNxH.dtype)
+        q = q_BxTxNxH.reshape(b, t, kh, n // kh, h)  # [B, T, K, G, H]
+        if query_block(t) and _scores_bytes(q, span) > PREFILL_SCORES_BYTES:
+            # a large prefill into the cache, on any backend
+            out = _query_blocked_attention(q, k, v, frame.mask, query_block(t))
+        else:
+            out = _einsum_attention(q, k, v, frame.mask, "BKSH")
+        return out, (k_cache, v_cache)
 
 
 class MLP(nnx.Module):

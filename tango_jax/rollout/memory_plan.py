@@ -30,8 +30,12 @@ from tango_jax.rollout.jax_sampler import generate_program
 @dataclasses.dataclass(frozen=True)
 class GenerateMemory:
     """Bytes on one device while the JAX sampler generates: `params` (the state passed in) and
-    `kv_cache` (the whole cache, over all devices) are exact; the rest are XLA's memory
-    analysis, whose temporaries hold the cache."""
+    `kv_cache` (the whole cache, over all devices) are exact; `arguments`, `outputs` and
+    `temporaries` are XLA's memory analysis of the plain generate, whose temporaries hold the
+    cache. `prefill_groups`: with share_prefix, the distinct prompts' caches that the shared
+    prefill holds beside the rows' cache while it assembles it (rollout/shared_prefill.py),
+    per device: their bytes over the devices that split the rows (data x fsdp), the kv heads
+    counted whole, so an upper bound where the tensor axis splits them; 0 for the plain path."""
 
     layers: int
     params: float
@@ -39,10 +43,11 @@ class GenerateMemory:
     arguments: float
     outputs: float
     temporaries: float
+    prefill_groups: float = 0.0
 
     @property
     def peak(self) -> float:
-        return self.arguments + self.outputs + self.temporaries
+        return self.arguments + self.outputs + self.temporaries + self.prefill_groups
 
 
 def generate_memory(
@@ -54,11 +59,14 @@ def generate_memory(
     max_tokens: int,
     cache_dtype=None,
     decode_block: int = 0,
+    distinct_rows: int = 0,
     compiler_options: dict | None = None,
 ) -> GenerateMemory:
     """XLA's per-device plan of one `JaxSampler` generate call of `rows` prompts padded to
     `prompt_len` (the sampler's `max_rows` and `prompt_bucket` rounding are the caller's),
-    sampling up to `max_tokens`, compiled from abstract arrays as the sampler jits it."""
+    sampling up to `max_tokens`, compiled from abstract arrays as the sampler jits it.
+    distinct_rows: with share_prefix, the rows of the distinct prompts' prefill groups (at most
+    the rows over the samples per prompt, rounded up to `row_bucket`); 0: the plain path."""
     cache_dtype = cache_dtype or model_cfg.dtype
     graphdef, state = abstract_sharded(lambda: Transformer(model_cfg, rngs=nnx.Rngs(0)), mesh)
     rows_sharding = NamedSharding(mesh, P(("data", "fsdp")))
@@ -77,13 +85,19 @@ def generate_memory(
     with jax.set_mesh(mesh):
         compiled = fn.lower(*args).compile(compiler_options)
     ma = compiled.memory_analysis()
-    cache = jax.eval_shape(
-        lambda: KVCache.init(model_cfg, rows, prompt_len + max_tokens, cache_dtype)
-    )
+
+    def cache_bytes(n: int) -> float:
+        cache = jax.eval_shape(
+            lambda: KVCache.init(model_cfg, n, prompt_len + max_tokens, cache_dtype)
+        )
+        return float(sum(x.size * jnp.dtype(x.dtype).itemsize for x in cache.k + cache.v))
+
+    row_devices = mesh.shape["data"] * mesh.shape["fsdp"]
     return GenerateMemory(
         layers=model_cfg.num_layers,
         params=shard_bytes(state),
-        kv_cache=float(sum(x.size * jnp.dtype(x.dtype).itemsize for x in cache.k + cache.v)),
+        kv_cache=cache_bytes(rows),
+        prefill_groups=cache_bytes(distinct_rows) / row_devices if distinct_rows else 0.0,
         arguments=float(ma.argument_size_in_bytes),
         outputs=float(ma.output_size_in_bytes),
         temporaries=float(ma.temp_size_in_bytes),

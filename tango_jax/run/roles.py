@@ -123,6 +123,7 @@ def make_sampler(
             max_rows=s.max_rows,
             prompt_bucket=s.prompt_bucket,
             decode_block=s.decode_block,
+            share_prefix=s.share_prefix,
         )
     return _vllm_sampler(cfg, model, model_config, init_path, start=start)
 

@@ -116,6 +116,14 @@ def test_sampler_plan_equals_the_samplers_compiled_generate_and_holds_its_kv_cac
     assert plan.kv_cache == 2 * cfg.num_layers * slots * cfg.num_kv_heads * cfg.head_dim * 4
     assert plan.kv_cache / 8 <= plan.temporaries  # the cache (rows over 8 devices) is inside
     assert plan.peak == plan.arguments + plan.outputs + plan.temporaries
+    # share_prefix: the distinct prompts' prefill groups (8 rows here), held beside the rows'
+    # cache while it is assembled, split over the devices that split the rows
+    shared = generate_memory(
+        cfg, mesh, rows=rows, prompt_len=prompt_len, max_tokens=max_tokens, distinct_rows=8
+    )
+    row_devices = mesh.shape["data"] * mesh.shape["fsdp"]
+    assert shared.prefill_groups == plan.kv_cache / 2 / row_devices
+    assert shared.peak == plan.peak + shared.prefill_groups
 
 
 def test_a_long_prefill_attends_in_query_blocks_and_does_not_hold_all_their_scores(monkeypatch):

@@ -18,7 +18,9 @@ from tango_jax.models.tokenizer import tiny_tokenizer
 from tango_jax.parallel.buckets import round_up
 from tango_jax.parallel.mesh import MeshConfig, make_mesh
 from tango_jax.rollout.base import FinishReason, Prompt, SamplingParams
-from tango_jax.rollout.jax_sampler import JaxSampler, _generate, _Program, decode_chunks
+from tango_jax.rollout.decode_loop import decode_chunks
+from tango_jax.rollout.jax_sampler import JaxSampler, _generate
+from tango_jax.rollout.sampling import Sampling
 
 VOCAB = 64
 
@@ -155,7 +157,9 @@ def test_sharded_sampler_equals_single_device(ckpt, sampler):
 
 def test_one_program_per_bucket(ckpt):
     mesh = make_mesh(MeshConfig(1, 1, 1), devices=jax.devices()[:1])
-    s = JaxSampler(from_pretrained(ckpt), tiny_tokenizer(), mesh=mesh, prompt_bucket=16)
+    s = JaxSampler(
+        from_pretrained(ckpt), tiny_tokenizer(), mesh=mesh, prompt_bucket=16, share_prefix=False
+    )
     params = SamplingParams(n=2, temperature=1.0, max_tokens=5, seed=0)
     s.generate([Prompt((3, 4, 5))], params)
     s.generate([Prompt((3, 4, 5, 6, 7, 8, 9)), Prompt((9,))], params)  # same row/prompt buckets
@@ -211,7 +215,7 @@ def test_chunked_decode_gives_the_same_tokens_and_logprobs(sampler, params):
 
 def _attended_slots(sampler, params, prompt_len):
     """The key/value lengths (cache slots) of the attention products in the sampler's program."""
-    program = _Program(params.greedy, params.top_k, params.top_p, params.max_tokens)
+    program = Sampling(params.greedy, params.top_k, params.top_p, params.max_tokens)
     b, p = sampler.row_bucket, round_up(prompt_len, sampler.prompt_bucket)
     cfg = sampler.model.config
     args = (
@@ -230,9 +234,9 @@ def _attended_slots(sampler, params, prompt_len):
         decode_block=sampler.decode_block,
     )
     jaxpr = jax.make_jaxpr(fn)(*args).jaxpr
-    # scores: dot_general(k [B, S, K, H], q [B, T, K, G, H]); then probs against v [B, S, K, H]
-    kv = {(b, s, cfg.num_kv_heads, cfg.head_dim) for s in range(1, 1000)}
-    return {a.shape[1] for ops in dot_operands(jaxpr) for a in ops if a.shape in kv}
+    # scores: dot_general(q [B, T, K, G, H], k [B, K, S, H]); then probs against v [B, K, S, H]
+    kv = {(b, cfg.num_kv_heads, s, cfg.head_dim) for s in range(1, 1000)}
+    return {a.shape[2] for ops in dot_operands(jaxpr) for a in ops if a.shape in kv}
 
 
 def test_chunked_decode_reads_only_a_prefix_of_the_cache(sampler):

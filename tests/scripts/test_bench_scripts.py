@@ -77,3 +77,31 @@ def test_sampler_benchmark_rejects_a_copy_of_nothing(monkeypatch, capsys):
         bench_samplers.main(["--preset", "tiny-qwen2", "--backends", "jax", "--copy-gib", "0"])
     assert stop.value.code == 2
     assert "--copy-gib 0.0: the copy needs a buffer; give a size > 0" in capsys.readouterr().err
+
+
+def test_decode_step_benchmark_times_every_rows_slots_and_span(tmp_path):
+    """bench_decode_step.py prints a line per (rows, slots) and, with --span below the slots,
+    one more reading the first span slots only (the sampler's segmented decode)."""
+    from tango_jax.models.tiny import write_tiny_checkpoint
+
+    write_tiny_checkpoint(tmp_path / "tiny")
+    env = {**os.environ, "XLA_FLAGS": xla_flags()}  # one CPU device
+    proc = subprocess.run(
+        [
+            *(sys.executable, str(ROOT / "scripts" / "bench" / "bench_decode_step.py")),
+            *("--model", str(tmp_path / "tiny"), "--rows", "8", "--slots", "16,32"),
+            *("--span", "24", "--repeats", "1"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "rows   8 slots   16 all slots",
+        "rows   8 slots   32 all slots",
+        "rows   8 slots   32 span   24",
+    ]
+    assert all("ms per row-step" in line for line in lines)
