@@ -57,7 +57,7 @@ its temporaries), and its "other_model_resident" counts the role's own optimizer
 reference besides the other model, since the sampler runs between the steps beside them. With
 `sampler.share_prefix` (the default) the peak also counts the distinct prompts' caches that the
 shared prefill holds while it lays out the rows' cache (at most rows / `rollout.n` prompts, in
-groups of `row_bucket`; per device an upper bound), which the "batch" column includes.
+groups of `row_bucket`; per device an upper bound): the "shared_prefill" column.
 
 Caveat: the plan is the CPU compiler's. GPU XLA fuses differently and assigns buffers
 differently (and CPU may widen bf16 arithmetic to f32), so read the temporaries as an estimate
@@ -243,8 +243,9 @@ def table(plans: dict, cfg: RunConfig, mesh, device_gb: list[float]) -> list[dic
                 "params": p.params / GB,
                 "opt_state": own.opt_state / GB,
                 "ref_params": own.ref_params / GB,
-                # the KV cache (within the temporaries) and the shared prefill's groups
-                "batch": (p.kv_cache + p.prefill_groups) / GB,
+                "batch": p.kv_cache / GB,  # the KV cache (within the temporaries)
+                # share_prefix: the distinct prompts' caches beside it while it is laid out
+                "shared_prefill": p.prefill_groups / GB,
                 "xla_arguments": p.arguments / GB,
                 "xla_outputs_not_aliased": p.outputs / GB,
                 "xla_temporaries": p.temporaries / GB,
@@ -259,6 +260,7 @@ def table(plans: dict, cfg: RunConfig, mesh, device_gb: list[float]) -> list[dic
                 "opt_state": p.opt_state / GB,
                 "ref_params": p.ref_params / GB,
                 "batch": p.batch / GB,
+                "shared_prefill": 0.0,
                 "xla_arguments": p.arguments / GB,
                 "xla_outputs_not_aliased": (p.outputs - p.aliased) / GB,
                 "xla_temporaries": p.temporaries / GB,

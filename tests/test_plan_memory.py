@@ -49,8 +49,14 @@ def test_plans_both_roles_and_samplers_and_sums_up_every_device_size(tmp_path):
         assert s["params"] == r["params"]
         # the KV cache ("batch" of a sampling row) is most of what generate holds
         assert 0 < 0.5 * s["batch"] < s["xla_temporaries"] < 2 * s["batch"]
+        # share_prefix (the default): the distinct prompts' caches held while the rows' cache
+        # is laid out, fewer rows than the cache's own
+        assert 0 < s["shared_prefill"] < s["batch"]
         assert s["step_peak"] == pytest.approx(
-            s["xla_arguments"] + s["xla_outputs_not_aliased"] + s["xla_temporaries"]
+            s["xla_arguments"]
+            + s["xla_outputs_not_aliased"]
+            + s["xla_temporaries"]
+            + s["shared_prefill"]
         )
         assert s["other_model_resident"] == pytest.approx(
             resident + r["opt_state"] + r["ref_params"]
