@@ -56,7 +56,7 @@ def get_config(variant: str = "tango"):
         role.trainer.optimizer.learning_rate = 1e-5  # paper 1e-6 (7B, 300 steps); here a few
         role.trainer.loss.kl_coef = 0.0  # no reference model: one forward pass less per step
         role.trainer.micro_batch_size = 4
-    c.verifier.rollout.n = 2  # verifications per solution in verifier steps (paper 4)
+    c.verifier.rollout.n = 2  # verifications per solution in verifier steps (paper 5: CPU time)
     # One verifier warm-up step, then [G, G, G] (the paper: 40 warm-up steps, then 100 cycles
     # of [G, G, G, V]): what ~35 minutes of this shared 2-core CPU hold after the SFT and two
     # evaluations (docs/real_model.md has the step times).
