@@ -4,12 +4,14 @@ decode loop runs it (cache donated), median of --repeats timed calls after a war
 
     python scripts/bench/bench_decode_step.py                        # SmolLM2-135M, float32
     python scripts/bench/bench_decode_step.py --rows 64 --slots 64,336 --span 200
+    python scripts/bench/bench_decode_step.py --rows 64 --slots 336 --decode-attention dot,sum
 
 On a CPU a step that reads more cache slots is slower in proportion: the step's weights are
 read once for all rows, the K and V of every layer once per row and slot (30 layers x 2 x 3
 KV heads x 64 x 4 bytes = 46 KB per row and slot for SmolLM2-135M). --span N also times the
 step reading only the first N slots (what the segmented decode does before the cache fills).
-Prints one line per (rows, slots[, span]).
+--decode-attention times each of the given kernels (ModelConfig.decode_attention) in turn, in
+one process, on the same weights. Prints one line per (rows, slots[, span], kernel).
 """
 
 from __future__ import annotations
@@ -34,40 +36,51 @@ def main() -> None:
     p.add_argument("--slots", default="64,192,336,512", help="comma-separated cache sizes")
     p.add_argument("--span", type=int, help="also time reading only the first SPAN slots")
     p.add_argument("--repeats", type=int, default=8)
+    p.add_argument(
+        "--decode-attention",
+        default="auto",
+        help="comma-separated ModelConfig.decode_attention kernels, timed in turn: auto, dot, sum",
+    )
     args = p.parse_args()
 
-    model = from_pretrained(args.model)
+    steps = {}
+    for kernel in dict.fromkeys(args.decode_attention.split(",")):
+        model = from_pretrained(args.model, decode_attention=kernel)
+        graphdef, state = nnx.split(model)
+
+        @functools.partial(jax.jit, static_argnames=("span",), donate_argnames=("cache",))
+        def step(state, tokens_Bx1, cache, span=None, graphdef=graphdef):
+            return nnx.merge(graphdef, state).forward_with_cache(tokens_Bx1, cache, span=span)
+
+        steps[kernel] = functools.partial(step, state)
+    turns = [(k, steps[k]) for k in args.decode_attention.split(",")]  # a kernel again: a round
     cfg = model.config
-    graphdef, state = nnx.split(model)
 
-    @functools.partial(jax.jit, static_argnames=("span",), donate_argnames=("cache",))
-    def step(state, tokens_Bx1, cache, span=None):
-        return nnx.merge(graphdef, state).forward_with_cache(tokens_Bx1, cache, span=span)
-
-    def time_step(rows: int, slots: int, span: int | None) -> float:
+    def time_step(rows: int, slots: int, span: int | None, step) -> float:
         # every slot valid; the new token goes to the last slot read
         cache = KVCache.init(cfg, rows, slots)._replace(
             valid=jnp.ones((rows, slots), bool), index=jnp.asarray((span or slots) - 1, jnp.int32)
         )
         tokens = jnp.ones((rows, 1), jnp.int32)
-        _, cache = jax.block_until_ready(step(state, tokens, cache, span=span))
+        _, cache = jax.block_until_ready(step(tokens, cache, span=span))
         times = []
         for _ in range(args.repeats):
             t0 = time.perf_counter()
-            _, cache = jax.block_until_ready(step(state, tokens, cache, span=span))
+            _, cache = jax.block_until_ready(step(tokens, cache, span=span))
             times.append(time.perf_counter() - t0)
         return statistics.median(times)
 
     for rows in map(int, args.rows.split(",")):
         for slots in map(int, args.slots.split(",")):
             for span in [None] + ([args.span] if args.span and args.span < slots else []):
-                s = time_step(rows, slots, span)
-                read = f"span {span:4d}" if span else "all slots"
-                print(
-                    f"rows {rows:3d} slots {slots:4d} {read}: {s * 1e3:7.1f} ms/step, "
-                    f"{s * 1e3 / rows:5.2f} ms per row-step",
-                    flush=True,
-                )
+                for kernel, step in turns:
+                    s = time_step(rows, slots, span, step)
+                    read = f"span {span:4d}" if span else "all slots"
+                    print(
+                        f"rows {rows:3d} slots {slots:4d} {read} {kernel:>4}: "
+                        f"{s * 1e3:7.1f} ms/step, {s * 1e3 / rows:5.2f} ms per row-step",
+                        flush=True,
+                    )
 
 
 if __name__ == "__main__":

@@ -194,6 +194,12 @@ def _timed(sampler, prompts, params, repeats: int = 3, stat=statistics.median) -
     }
 
 
+def preset_config(args, dtype):
+    """The ModelConfig of --preset (weights in the compute dtype, as a rollout server's); a
+    function so that scripts/bench/gpu_check.py can switch its fields."""
+    return presets.get(args.preset, dtype=dtype, param_dtype=dtype)
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--model", help="HF checkpoint dir (default: a fresh tiny-qwen2)")
@@ -228,9 +234,7 @@ def main(argv: list[str]) -> int:
         p.error("--preset has no checkpoint for vLLM to load: use --model, or --backends jax")
     if args.preset:
         dtype = dtype_from_name(args.dtype)  # weights in the compute dtype, as a rollout server's
-        model = Transformer(
-            presets.get(args.preset, dtype=dtype, param_dtype=dtype), rngs=nnx.Rngs(0)
-        )
+        model = Transformer(preset_config(args, dtype), rngs=nnx.Rngs(0))
         tokenizer = tiny_tokenizer()
     else:
         model_dir = args.model or write_tiny_checkpoint(tempfile.mkdtemp() + "/tiny", seed=0)

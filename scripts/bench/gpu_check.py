@@ -18,6 +18,8 @@ off by default in the library; `switches()` below):
                   [B, 1, T, T] mask bias)
     all           the three above together
     decode_block  JaxSampler(decode_block=64): decode attends over the filled cache prefix only
+    decode sum    ModelConfig.decode_attention "sum" (on a GPU "auto" is "dot", the batched
+                  products; "sum" is the CPU's choice: products summed in one fused loop)
 
 The benchmarks have flags for the vocabulary block only; the model and sampler switches are
 set on the config / sampler they build (`_switched`), in this process.
@@ -60,7 +62,7 @@ class Switch:
 
     name: str
     vocab_block: int = 0  # LossConfig.logprob_vocab_block (bench_train_step --vocab-block)
-    model: tuple[tuple[str, bool], ...] = ()  # ModelConfig fields
+    model: tuple[tuple[str, bool | str], ...] = ()  # ModelConfig fields
     decode_block: int = 0  # JaxSampler(decode_block=...)
 
 
@@ -80,6 +82,7 @@ def switches(dry_run: bool) -> dict[str, Switch]:
             Switch("lengths", model=_LENGTHS),
             Switch("all", vocab_block=vocab, model=_FUSED + _LENGTHS),
             Switch(f"decode_block {decode}", decode_block=decode),
+            Switch("decode sum", model=(("decode_attention", "sum"),)),
         )
     }
 
@@ -109,7 +112,7 @@ GPU_TRAIN_LAST = [
 ]
 GPU_DECODE = "--preset qwen2.5-0.5b --dtype bfloat16 --backends jax --decode --prompts 64 --n 4 "
 GPU_DECODE += "--prompt-len 256 --max-tokens 512"
-GPU_DECODE_SWITCHES = ("baseline", "decode_block 64")
+GPU_DECODE_SWITCHES = ("baseline", "decode_block 64", "decode sum")
 
 _TINY = "--preset tiny-qwen2 --batch 4 --prompt-len 8 --response-len 24 --no-kl --steps 1"
 DRY_TRAIN = [
@@ -125,21 +128,24 @@ DRY_DECODE = "--preset tiny-qwen2 --backends jax --decode --prompts 2 --n 2 --pr
 # (16 tokens: 0.033 s against a 0.034 s prefill beside another test worker; bench_samplers
 # refuses that as noise)
 DRY_DECODE += "--max-tokens 64 --copy-gib 0.0625"  # the 1 GiB bf16 copy: ~20 s on a CPU
-DRY_DECODE_SWITCHES = ("baseline", "decode_block 2")
+DRY_DECODE_SWITCHES = ("baseline", "decode_block 2", "decode sum")
 
 
 @contextlib.contextmanager
 def _switched(switch: Switch):
-    """Sets the switch's ModelConfig fields on the config bench_train_step builds, and its
-    decode block on the JaxSampler bench_samplers builds (neither has a flag for them)."""
+    """Sets the switch's ModelConfig fields on the configs bench_train_step and bench_samplers
+    build, and its decode block on the JaxSampler bench_samplers builds (none has a flag)."""
     model_config, sampler = bench_train_step.model_config, bench_samplers.JaxSampler
+    preset_config = bench_samplers.preset_config
     fields = dict(switch.model)
     bench_train_step.model_config = lambda args: model_config(args).replace(**fields)
+    bench_samplers.preset_config = lambda *a: preset_config(*a).replace(**fields)
     bench_samplers.JaxSampler = functools.partial(sampler, decode_block=switch.decode_block)
     try:
         yield
     finally:
         bench_train_step.model_config, bench_samplers.JaxSampler = model_config, sampler
+        bench_samplers.preset_config = preset_config
 
 
 def _json_of(main, argv: list[str]) -> dict:

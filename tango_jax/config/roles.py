@@ -12,7 +12,7 @@ import enum
 import math
 
 from tango_jax.checkpoint.divergence import GuardAction
-from tango_jax.models.config import ATTENTION_KERNELS, dtype_from_name
+from tango_jax.models.config import ATTENTION_KERNELS, DECODE_ATTENTION, dtype_from_name
 from tango_jax.models.lora import LoraConfig
 from tango_jax.models.presets import PRESETS
 from tango_jax.rl.train_step import TrainerConfig
@@ -147,6 +147,10 @@ class RoleConfig:
     # else XLA einsums), "xla", "xla_blocked" (causal einsums 64 queries at a time; 3-10%
     # faster train steps on CPUs) or "cudnn" (see tango_jax.models.ModelConfig.attention)
     attention: str = "auto"
+    # how the sampler's one-token decode steps attend over the KV cache: "auto" ("sum" on
+    # CPUs, else "dot"), "dot" (batched matrix products) or "sum" (products summed in one
+    # fused loop; faster on CPUs) (see tango_jax.models.ModelConfig.decode_attention)
+    decode_attention: str = "auto"
     # Fused layer variants, same numbers up to float rounding, off until a GPU measurement says
     # they help (tango_jax.models.ModelConfig documents each; scripts/bench/gpu_check.py A/Bs
     # them): RMSNorm with a hand-written float32 backward, SwiGLU's gate and up as one matmul,
@@ -203,6 +207,7 @@ class RoleConfig:
                 "dtype": dtypes,
                 "param_dtype": dtypes,
                 "attention": one_of(ATTENTION_KERNELS),
+                "decode_attention": one_of(DECODE_ATTENTION),
                 "max_prompt_len": at_least(1),
                 "response_bucket": at_least(1),
                 "eval_max_tokens": at_least(0, " (0: rollout.max_tokens)"),
@@ -216,6 +221,7 @@ class RoleConfig:
             dtype=dtype_from_name(self.dtype),
             param_dtype=dtype_from_name(self.param_dtype),
             attention=self.attention,
+            decode_attention=self.decode_attention,
             fused_norm=self.fused_norm,
             fused_mlp=self.fused_mlp,
             fused_rope=self.fused_rope,

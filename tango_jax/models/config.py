@@ -53,6 +53,7 @@ def dtype_from_name(name: str | Any) -> Any:
 
 
 ATTENTION_KERNELS = ("auto", "xla", "xla_blocked", "cudnn")
+DECODE_ATTENTION = ("auto", "dot", "sum")
 
 
 def _default_head_dim(family: Family, embed_dim: int, num_heads: int) -> int:
@@ -72,15 +73,15 @@ class ModelConfig:
     of parameters (f32 master weights with bf16 compute is the usual training setting).
     remat: rematerialise each decoder layer in the backward pass (saves activation memory).
     attention: the kernel of full-sequence attention (the train step's forward; prefill and
-    decode with a KV cache always use "xla"). "xla": einsums and a softmax over materialised
-    float32 [B, K, G, T, S] scores. "xla_blocked": the same einsums, causal, 64 queries at a
-    time against the keys up to the block's end (skips the upper triangle, keeps the scores
-    cache-sized; 11-13% faster train steps on a CPU). "cudnn": cuDNN's fused flash attention
-    (`jax.nn.dot_product_attention(implementation="cudnn")`; NVIDIA GPUs, bf16/fp16, head_dim a
-    multiple of 8 up to 128). "auto": cudnn where those hold (the materialised scores of "xla"
-    are what made a long-sequence GPU step slow: docs/benchmarks.md, "On one GPU"),
-    xla_blocked on CPUs, else xla. All give the same numbers for every query that sees at
-    least one key.
+    decode with a KV cache use "xla", decode as `decode_attention` says). "xla": einsums and a
+    softmax over materialised float32 [B, K, G, T, S] scores. "xla_blocked": the same einsums,
+    causal, 64 queries at a time against the keys up to the block's end (skips the upper
+    triangle, keeps the scores cache-sized; 11-13% faster train steps on a CPU). "cudnn":
+    cuDNN's fused flash attention (`jax.nn.dot_product_attention(implementation="cudnn")`;
+    NVIDIA GPUs, bf16/fp16, head_dim a multiple of 8 up to 128). "auto": cudnn where those hold
+    (the materialised scores of "xla" are what made a long-sequence GPU step slow:
+    docs/benchmarks.md, "On one GPU"), xla_blocked on CPUs, else xla. All give the same numbers
+    for every query that sees at least one key.
 
     Fused variants (off by default until a GPU measurement says they help; each gives the
     same numbers up to float rounding, tests/models/test_fused_layers.py; A/B on a GPU with
@@ -93,6 +94,14 @@ class ModelConfig:
     two halves in one expression.
     lora: LoRA adapters on the projections named by `lora.targets` (models/lora.py); not part
     of config.json (`to_hf_dict`), which describes the base model.
+    decode_attention: how a one-token step over the KV cache (the sampler's decode) attends.
+    "dot": the einsums of "xla" (batched [G, H] x [H, S] matrix products per row and KV head).
+    "sum": the same scores and weighted values as elementwise products summed over the head
+    and slot axes, in float32, which XLA fuses into one loop over the cache, where XLA:CPU
+    runs "dot" as B x K separate small matrix products: the faster on a CPU
+    (docs/benchmarks.md, "The decode step's attention"; scripts/bench/bench_decode_step.py).
+    "auto": "sum" on CPUs, "dot" elsewhere (on a GPU the two are A/B'd by
+    scripts/bench/gpu_check.py, not yet measured). The same numbers up to float rounding.
     padding_as_lengths: the plain forward moves each row's real tokens to the front (a stable
     compaction of the token ids and positions, undone once on the final hidden states), so
     that padding is only ever on the right and full-sequence attention can take it as per-row
@@ -123,6 +132,7 @@ class ModelConfig:
     param_dtype: Any = jnp.float32
     remat: bool = False
     attention: str = "auto"
+    decode_attention: str = "auto"
     fused_norm: bool = False
     fused_mlp: bool = False
     fused_rope: bool = False
@@ -130,6 +140,11 @@ class ModelConfig:
     lora: LoraConfig = LoraConfig()  # adapters on the projections (models/lora.py); rank 0: none
 
     def __post_init__(self):
+        if self.decode_attention not in DECODE_ATTENTION:
+            raise ValueError(
+                f"ModelConfig.decode_attention ({self.decode_attention!r}) must be one of "
+                f"{DECODE_ATTENTION}."
+            )
         if self.attention not in ATTENTION_KERNELS:
             raise ValueError(
                 f"ModelConfig.attention ({self.attention!r}) must be one of {ATTENTION_KERNELS}."

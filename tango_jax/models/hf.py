@@ -263,7 +263,8 @@ def from_pretrained(
     (`jax.make_array_from_callback`), so the whole model never sits on one device; host memory
     peaks at one tensor. `mesh=None` uses the first device. Raises `CheckpointError` naming the
     file or tensor for missing/truncated files, unsupported architectures and shape mismatches.
-    `variants`: other ModelConfig fields (fused_norm, fused_mlp, fused_rope, padding_as_lengths).
+    `variants`: other ModelConfig fields (decode_attention, fused_norm, fused_mlp, fused_rope,
+    padding_as_lengths).
     """
     path = Path(path)
     config = read_config(

@@ -180,6 +180,30 @@ def _einsum_attention(q_BxTxKxGxH, k, v, mask_BxTxS, kv_layout: str = "BSKH"):
     return jnp.einsum(f"BKGTS,{kv_layout}->BTKGH", probs, v)
 
 
+def _summed_decode_attention(q_BxTxKxGxH, k_BxKxSxH, v_BxKxSxH, mask_BxTxS):
+    """`_einsum_attention` of one query per row over the KV cache ([B, K, S, H]), with the
+    scores and the weighted values as elementwise products summed over the head axis and the
+    slot axis, in float32 (ModelConfig.decode_attention "sum"). The same numbers up to float
+    rounding; XLA:CPU fuses each sum into one loop over the cache, where it runs the products
+    as B x K separate [G, H] x [H, S] matrix products."""
+    h = q_BxTxKxGxH.shape[-1]
+    f32 = jnp.float32
+    q = q_BxTxKxGxH[:, 0, :, :, None, :].astype(f32)  # [B, K, G, 1, H]
+    scores = jnp.sum(q * k_BxKxSxH[:, :, None].astype(f32), axis=-1) / math.sqrt(h)  # [B,K,G,S]
+    scores = jnp.where(mask_BxTxS[:, None], scores, jnp.finfo(f32).min)
+    probs = jax.nn.softmax(scores, axis=-1)
+    out = jnp.sum(probs[..., None] * v_BxKxSxH[:, :, None].astype(f32), axis=-2)  # [B, K, G, H]
+    return out[:, None].astype(q_BxTxKxGxH.dtype)
+
+
+def use_summed_decode(config: ModelConfig) -> bool:
+    """Whether a one-token step over the KV cache runs `_summed_decode_attention` (see
+    ModelConfig.decode_attention)."""
+    if config.decode_attention == "auto":
+        return jax.default_backend() == "cpu"
+    return config.decode_attention == "sum"
+
+
 def _blocked_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, mask_BxTxT, block: int):
     """Causal attention, `block` queries at a time, each block against the keys up to its end.
 
@@ -455,6 +479,8 @@ class Attention(nnx.Module):
         if query_block(t) and _scores_bytes(q, span) > PREFILL_SCORES_BYTES:
             # a large prefill into the cache, on any backend
             out = _query_blocked_attention(q, k, v, frame.mask, query_block(t))
+        elif t == 1 and use_summed_decode(self.config):
+            out = _summed_decode_attention(q, k, v, frame.mask)
         else:
             out = _einsum_attention(q, k, v, frame.mask, "BKSH")
         return out, (k_cache, v_cache)

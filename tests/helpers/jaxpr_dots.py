@@ -7,13 +7,13 @@ import jax
 import jax.extend
 
 
-def dot_operands(jaxpr) -> list[tuple]:
-    """The operands' abstract values (shape, dtype) of every dot_general in a jaxpr, nested
-    jaxprs (custom_vjp, map, scan) included, in program order."""
+def dot_operands(jaxpr, primitives=("dot_general",)) -> list[tuple]:
+    """The operands' abstract values (shape, dtype) of every dot_general (or other `primitives`,
+    e.g. "mul") in a jaxpr, nested jaxprs (custom_vjp, map, scan) included, in program order."""
     found = []
     for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "dot_general":
+        if eqn.primitive.name in primitives:
             found.append(tuple(v.aval for v in eqn.invars))
         for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-            found += dot_operands(sub)
+            found += dot_operands(sub, primitives)
     return found

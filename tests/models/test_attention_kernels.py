@@ -10,7 +10,14 @@ from flax import nnx
 
 from tango_jax.config.roles import RoleConfig
 from tango_jax.models import Transformer, presets
-from tango_jax.models.transformer import Frame, attention_block, compact_padding, use_cudnn
+from tango_jax.models.transformer import (
+    Frame,
+    KVCache,
+    attention_block,
+    compact_padding,
+    use_cudnn,
+    use_summed_decode,
+)
 from tango_jax.schema import FieldError
 
 on_gpu = jax.default_backend() == "gpu"
@@ -230,3 +237,59 @@ def test_the_flash_path_passes_bf16_btnh_without_a_transpose(monkeypatch, head_d
     for gx, gc in zip(jax.tree.leaves(g_x), jax.tree.leaves(g_c)):
         gx, gc = np.asarray(gx, np.float32), np.asarray(gc, np.float32)
         assert np.linalg.norm(gc - gx) <= 3e-2 * np.linalg.norm(gx) + 1e-6
+
+
+# --- the decode step's attention over the KV cache (ModelConfig.decode_attention) ---
+
+
+def test_unknown_decode_kernel_is_rejected_naming_the_field():
+    with pytest.raises(ValueError, match=r"decode_attention \('flash'\).*'auto', 'dot', 'sum'"):
+        presets.get("tiny-qwen2", decode_attention="flash")
+    with pytest.raises(FieldError, match=r"decode_attention \('flash'\) must be one of"):
+        RoleConfig(decode_attention="flash")
+    assert RoleConfig(decode_attention="dot").model_numerics()["decode_attention"] == "dot"
+
+
+def test_auto_decodes_with_sums_on_a_cpu_only():
+    cfg = presets.get("tiny-qwen2")
+    assert use_summed_decode(cfg) == (jax.default_backend() == "cpu")
+    assert use_summed_decode(cfg.replace(decode_attention="sum"))
+    assert not use_summed_decode(cfg.replace(decode_attention="dot"))
+
+
+@pytest.mark.parametrize("preset", ["tiny-qwen3", "tiny-llama"])  # G = 2 and 4 query heads per KV
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_summed_decode_gives_the_dot_kernels_steps(preset, dtype):
+    """Prefill left-padded prompts, then decode 5 tokens per row (teacher forcing, the last
+    steps over the filled slots only): every step's logits and the cache are those of the
+    batched products, up to float rounding (bf16: the sums run in float32)."""
+    dt = jnp.float32 if dtype == "float32" else jnp.bfloat16
+    cfg = presets.get(preset, dtype=dt)
+    rng = np.random.default_rng(4)
+    lengths, width, steps = [6, 2, 4], 6, 5
+    prompt = np.zeros((3, width), np.int32)
+    valid = np.zeros((3, width), bool)
+    for i, n in enumerate(lengths):
+        prompt[i, width - n :] = rng.integers(2, cfg.vocab_size, n)
+        valid[i, width - n :] = True
+    new = rng.integers(2, cfg.vocab_size, (steps, 3, 1)).astype(np.int32)
+    runs = {}
+    for kernel in ("dot", "sum"):
+        model = Transformer(cfg.replace(decode_attention=kernel), rngs=nnx.Rngs(0))
+        step = nnx.jit(
+            lambda m, tok, c, v, span: m.forward_with_cache(tok, c, v, span=span),
+            static_argnames="span",
+        )
+        cache = KVCache.init(model.config, 3, width + steps)
+        logits, cache = step(model, jnp.asarray(prompt), cache, jnp.asarray(valid), span=None)
+        out = []
+        for s in range(steps):
+            span = width + s + 1 if s >= 3 else None
+            logits, cache = step(model, jnp.asarray(new[s]), cache, jnp.ones((3, 1), bool), span)
+            out.append(np.asarray(logits[:, 0], np.float32))
+        runs[kernel] = np.stack(out), np.asarray(cache.k[-1], np.float32)
+    tol = 1e-5 if dtype == "float32" else 3e-2
+    (dot_logits, dot_k), (sum_logits, sum_k) = runs["dot"], runs["sum"]
+    scale = np.abs(dot_logits).max()
+    assert np.abs(sum_logits - dot_logits).max() <= tol * scale
+    assert np.abs(sum_k - dot_k).max() <= tol * np.abs(dot_k).max()

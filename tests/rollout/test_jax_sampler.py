@@ -234,9 +234,15 @@ def _attended_slots(sampler, params, prompt_len):
         decode_block=sampler.decode_block,
     )
     jaxpr = jax.make_jaxpr(fn)(*args).jaxpr
-    # scores: dot_general(q [B, T, K, G, H], k [B, K, S, H]); then probs against v [B, K, S, H]
-    kv = {(b, cfg.num_kv_heads, s, cfg.head_dim) for s in range(1, 1000)}
-    return {a.shape[2] for ops in dot_operands(jaxpr) for a in ops if a.shape in kv}
+    # scores: dot_general(q [B, T, K, G, H], k [B, K, S, H]); then probs against v [B, K, S, H];
+    # a summed decode step (decode_attention "sum") multiplies the query [B, K, G, 1, H] by
+    # the keys [B, K, 1, S, H], then the probs by the values [B, K, 1, S, H]
+    kh, h = cfg.num_kv_heads, cfg.head_dim
+    kv = {(b, kh, s, h) for s in range(1, 1000)}
+    summed = {(b, kh, 1, s, h) for s in range(1, 1000)}
+    dots = {a.shape[2] for ops in dot_operands(jaxpr) for a in ops if a.shape in kv}
+    muls = {a.shape[3] for ops in dot_operands(jaxpr, ("mul",)) for a in ops if a.shape in summed}
+    return dots | muls
 
 
 def test_chunked_decode_reads_only_a_prefix_of_the_cache(sampler):

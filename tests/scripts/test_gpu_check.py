@@ -44,6 +44,7 @@ def test_dry_run_runs_every_item_and_writes_one_dated_table(tmp_path):
         *(f"train tiny-qwen2 mb 2, {s}" for s in train),
         "decode (JAX sampler), baseline",
         "decode (JAX sampler), decode_block 2",
+        "decode (JAX sampler), decode sum",
         "cuDNN attention test",
     ]
     assert not [r for r in rows if "error" in r or "skipped" in r]
@@ -60,7 +61,7 @@ def test_dry_run_runs_every_item_and_writes_one_dated_table(tmp_path):
     assert jax_norm == pytest.approx(torch_norm, rel=1e-4)
     assert rows[0]["torch_device"] == "cpu" and rows[0]["length"] == 32 and rows[0]["mfu"] > 0
     # bench_samplers --decode (2 prompts x 2 samples, 64 tokens): consistent numbers
-    for row in rows[5:7]:
+    for row in rows[5:8]:
         assert row["bandwidth_fraction"] > 0 and row["decode_tokens_per_s"] > 0
         assert row["rows"] == 4 and 0 < row["generated_tokens"] <= 4 * 64
         assert 0 <= row["decode_steps"] <= 63 and row["param_gb"] > 0 and row["kv_cache_gb"] > 0
@@ -68,7 +69,7 @@ def test_dry_run_runs_every_item_and_writes_one_dated_table(tmp_path):
         assert row["bandwidth_fraction"] == pytest.approx(fraction, rel=0.02, abs=2e-3)
         steps_s = row["decode_steps"] * row["step_ms"] / 1e3
         assert row["decode_s"] == pytest.approx(steps_s, rel=0.02, abs=1e-3)
-    assert "skipped" in rows[7]["result"] and "failed" not in rows[7]["result"]
+    assert "skipped" in rows[8]["result"] and "failed" not in rows[8]["result"]
     text = out.read_text()
     assert text.startswith("# gpu_check (dry run") and env["date_utc"] in text
     assert all(f"| {name} |" in text for name in names)
@@ -85,7 +86,7 @@ def test_without_dry_run_a_cpu_is_refused_in_one_line():
 
 def test_a_spent_budget_skips_the_remaining_items_and_still_writes_the_table(tmp_path):
     rows = _dry_run(tmp_path / "check.md", budget_s="-1", timeout=300)["rows"]
-    assert len(rows) == 8 and all(r["skipped"].startswith("time budget") for r in rows)
+    assert len(rows) == 9 and all(r["skipped"].startswith("time budget") for r in rows)
 
 
 def test_each_switch_reaches_the_config_and_sampler_the_benchmarks_build(monkeypatch):
@@ -95,6 +96,7 @@ def test_each_switch_reaches_the_config_and_sampler_the_benchmarks_build(monkeyp
     import bench_samplers
     import bench_train_step
     import gpu_check
+    import jax.numpy as jnp
 
     args = argparse.Namespace(
         preset="tiny-qwen2", dtype="float32", remat=False, attention="auto", lora_rank=0,
@@ -112,5 +114,9 @@ def test_each_switch_reaches_the_config_and_sampler_the_benchmarks_build(monkeyp
     with gpu_check._switched(by_name["decode_block 2"]):
         assert bench_train_step.model_config(args) == plain
         assert bench_samplers.JaxSampler.keywords == {"decode_block": 2}
+    with gpu_check._switched(by_name["decode sum"]):
+        assert bench_train_step.model_config(args).decode_attention == "sum"
+        assert bench_samplers.preset_config(args, jnp.float32).decode_attention == "sum"
     assert bench_train_step.model_config(args) == plain  # restored
+    assert bench_samplers.preset_config(args, jnp.float32).decode_attention == "auto"
     assert not hasattr(bench_samplers.JaxSampler, "keywords")
