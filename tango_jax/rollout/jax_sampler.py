@@ -51,8 +51,8 @@ from tango_jax.rollout.sampling import Sampling, sample_step
 from tango_jax.rollout.shared_prefill import SharedPrefill, plan_prefill
 
 # Decode steps between two looks at which rows have finished (share_prefix, decode_block 0):
-# each look is a host round trip; 16 steps of a 64-row SmolLM2 batch take 2.6-6.6 s on 2 cores
-# (0.16-0.42 s a step over 64-336 cache slots, scripts/bench/bench_decode_step.py).
+# each look is a host round trip; 16 steps of a 64-row SmolLM2 batch take 2.9-3.7 s on 2 cores
+# (0.18-0.23 s a step over 64-512 cache slots, scripts/bench/bench_decode_step.py).
 DECODE_SEGMENT = 16
 ROW_BUCKET = 8  # rows per call padded to a multiple of this (and of the data-parallel devices)
 
