@@ -90,7 +90,7 @@ def test_decode_step_benchmark_times_every_rows_slots_and_span(tmp_path):
         [
             *(sys.executable, str(ROOT / "scripts" / "bench" / "bench_decode_step.py")),
             *("--model", str(tmp_path / "tiny"), "--rows", "8", "--slots", "16,32"),
-            *("--span", "24", "--repeats", "1"),
+            *("--span", "24", "--repeats", "1", "--decode-attention", "dot,sum"),
         ],
         capture_output=True,
         text=True,
@@ -100,8 +100,11 @@ def test_decode_step_benchmark_times_every_rows_slots_and_span(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     assert [line.split(":")[0] for line in lines] == [
-        "rows   8 slots   16 all slots",
-        "rows   8 slots   32 all slots",
-        "rows   8 slots   32 span   24",
+        "rows   8 slots   16 all slots  dot",
+        "rows   8 slots   16 all slots  sum",
+        "rows   8 slots   32 all slots  dot",
+        "rows   8 slots   32 all slots  sum",
+        "rows   8 slots   32 span   24  dot",
+        "rows   8 slots   32 span   24  sum",
     ]
     assert all("ms per row-step" in line for line in lines)
