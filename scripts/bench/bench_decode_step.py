@@ -6,9 +6,10 @@ decode loop runs it (cache donated), median of --repeats timed calls after a war
     python scripts/bench/bench_decode_step.py --rows 64 --slots 64,336 --span 200
     python scripts/bench/bench_decode_step.py --rows 64 --slots 336 --decode-attention dot,sum
 
-On a CPU a step that reads more cache slots is slower in proportion: the step's weights are
-read once for all rows, the K and V of every layer once per row and slot (30 layers x 2 x 3
-KV heads x 64 x 4 bytes = 46 KB per row and slot for SmolLM2-135M). --span N also times the
+The step's weights are read once for all rows, the K and V of every layer once per row and slot
+(30 layers x 2 x 3 KV heads x 64 x 4 bytes = 46 KB per row and slot for SmolLM2-135M). On a CPU
+the "dot" kernel's step grows with the slots (XLA:CPU runs its products as tiny separate dots);
+the "sum" kernel's ("auto" there) barely does (docs/benchmarks.md). --span N also times the
 step reading only the first N slots (what the segmented decode does before the cache fills).
 --decode-attention times each of the given kernels (ModelConfig.decode_attention) in turn, in
 one process, on the same weights. Prints one line per (rows, slots[, span], kernel).
