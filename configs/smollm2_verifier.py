@@ -24,6 +24,16 @@ the paper's recipe (TANGO_SPEC §1.4, §3.4, §6) where the CPU allows:
     40 warm-up updates are.
 What differs from the paper, and why, is in docs/verifier.md ("Claim 1 on SmolLM2").
 
+Variant `tango`: the same verifier inside configs/smollm2_addition.py:tango, Tango against the
+GRPO records of the TRL comparison, paired: the generator, its data order and its schedule are
+that config's (2 verifier warm-up updates, then [G, G, G, V] for 30 generator updates), and the
+verifier's updates take SOLUTIONS prompts each from a stream of their own
+(`data.verifier_stream`, `data.verifier_prompts_per_step`), so that every generator update
+takes the batch of the GRPO run's update of the same number (docs/real_model.md).
+
+    python -m tango_jax.train --config configs/smollm2_verifier.py:tango --config.seed=1 \
+        --config.run_dir=runs/smollm2_verifier_tango_s1
+
 Measured at every evaluation on a balanced probe (`eval.verifier_probe_size`): 64 held-out
 replies of the generator, 32 right and 32 wrong, judged greedily (`eval/probe/...`).
 Every field is documented where its dataclass is defined (tango_jax/config/run.py).
@@ -31,7 +41,7 @@ Every field is documented where its dataclass is defined (tango_jax/config/run.p
 
 from tango_jax.config.run import sibling_config
 
-VARIANTS = ("rl",)
+VARIANTS = ("rl", "tango")
 UPDATES = 9  # verifier updates, ~6 min each on 2 cores: a run inside an hour
 SOLUTIONS = 32  # generator replies per verifier update (one per prompt)
 VERIFICATIONS = 5  # per reply (paper: 5)
@@ -50,25 +60,12 @@ SFT_STEPS = 16  # 128 of its 576 transcripts: a start that leaves RL room
 VERIFIER_TOKENS = 192  # the SFT's longest transcript is 160 tokens (a 3-line reply, restated)
 
 
-def get_config(variant: str = "rl"):
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; choose one of {VARIANTS}.")
-    c = sibling_config(__file__, "smollm2_addition").get_config("tango")
-    c.generator.trainable = False
-    c.generator.rollout.temperature = GENERATOR_T
-    c.generator.rollout.n = 1  # a verifier update judges one reply per prompt
-    c.data.prompts_per_step = SOLUTIONS
-    c.schedule.verifier_warmup_steps = UPDATES  # every update verifier-only, on frozen replies
-    c.schedule.total_steps = UPDATES
-    c.eval.every_verifier_steps = 3
-    c.eval.after_verifier_warmup = False  # the end-of-run evaluation is that one
-    c.eval.sampled = False  # the generator does not change
-    c.eval.verifier_probe_size = PROBE
-    c.log_rollouts.every_steps = 1
-    c.log_rollouts.max_rows = SOLUTIONS * VERIFICATIONS
+def verifier_recipe(c) -> None:
+    """The claim-1 verifier (both variants): its format SFT and its RL recipe."""
     c.sft.verifier.balance_verdicts = True
     c.sft.verifier.data_path = SFT_DATA
     c.sft.verifier.steps = SFT_STEPS
+    c.eval.verifier_probe_size = PROBE
     v = c.verifier
     v.rollout.n = VERIFICATIONS
     v.rollout.max_tokens = v.response_bucket = VERIFIER_TOKENS
@@ -78,6 +75,31 @@ def get_config(variant: str = "rl"):
     v.trainer.optimizer.weight_decay = 0.01
     v.trainer.loss.kl_coef = 1e-3
     v.trainer.loss.entropy_coef = 1e-3
+
+
+def get_config(variant: str = "rl"):
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; choose one of {VARIANTS}.")
+    c = sibling_config(__file__, "smollm2_addition").get_config("tango")
+    verifier_recipe(c)
+    if variant == "tango":
+        # configs/smollm2_addition.py:tango's generator, data order and schedule, unchanged; the
+        # verifier's updates draw SOLUTIONS prompts each from a stream of their own, so the
+        # generator's 30 updates take exactly the GRPO runs' batches (data.seed as theirs: 1)
+        c.data.verifier_stream = True
+        c.data.verifier_prompts_per_step = SOLUTIONS
+    else:
+        c.generator.trainable = False
+        c.generator.rollout.temperature = GENERATOR_T
+        c.generator.rollout.n = 1  # a verifier update judges one reply per prompt
+        c.data.prompts_per_step = SOLUTIONS
+        c.schedule.verifier_warmup_steps = UPDATES  # every update verifier-only, frozen replies
+        c.schedule.total_steps = UPDATES
+        c.eval.every_verifier_steps = 3
+        c.eval.after_verifier_warmup = False  # the end-of-run evaluation is that one
+        c.eval.sampled = False  # the generator does not change
+        c.log_rollouts.every_steps = 1
+        c.log_rollouts.max_rows = SOLUTIONS * VERIFICATIONS
     c.name = f"smollm2_verifier_{variant}"
     c.run_dir = f"runs/smollm2_verifier_{variant}"
     return c

@@ -249,14 +249,16 @@ def check_paths(cfg: RunConfig) -> list[str]:
                 _fail(
                     f"data.{split}_path", getattr(cfg.data, f"{split}_path"), f"cannot be read: {e}"
                 )
-        if records["train"] < cfg.data.prompts_per_step:  # a step's batch: distinct problems
-            _fail(
-                "data.prompts_per_step",
-                cfg.data.prompts_per_step,
-                f"is more than the {records['train']} records of data.train_path "
-                f"({cfg.data.train_path}); lower it (--config.data.prompts_per_step="
-                f"{records['train']}) or add records.",
-            )
+        for field in ("prompts_per_step", "verifier_prompts_per_step"):
+            batch = getattr(cfg.data, field)  # a step's batch: distinct problems
+            if records["train"] < batch:
+                _fail(
+                    f"data.{field}",
+                    batch,
+                    f"is more than the {records['train']} records of data.train_path "
+                    f"({cfg.data.train_path}); lower it (--config.data.{field}="
+                    f"{records['train']}) or add records.",
+                )
         if records["eval"] < cfg.data.eval_size:  # a cap, not a requirement: said, not refused
             n = records["eval"]
             notes.append(

@@ -227,9 +227,9 @@ class RunConfig:
         checks = (
             _check_roles,
             _check_trainers,
+            _check_data,  # before the micro-batches, which divide the data's batches
             check_micro_batches,
             _check_algorithm,
-            _check_data,
             _check_overlap,
             _check_dynamic_sampling,
         )
@@ -330,17 +330,14 @@ def _check_dynamic_sampling(c: RunConfig) -> None:
 def check_micro_batches(c: RunConfig, data_parallel: int = 1) -> None:
     """Every trainer's micro-batch divides its batch and is a multiple of the data-parallel
     size (mesh data x fsdp: checked again by train.py once the devices are known)."""
-    p = c.data.prompts_per_step
-    batches = [
-        (
-            f"{k.value}.trainer",
-            c.role(k).trainer,
-            p * c.role(k).rollout.n,
-            f"the {k.value}'s batch of data.prompts_per_step x {k.value}.rollout.n = "
-            f"{p * c.role(k).rollout.n} sequences.",
-        )
-        for k in trained_roles(c)
-    ]
+    batches = []
+    for k in trained_roles(c):
+        p, prompts = c.data.prompts_per_step, "data.prompts_per_step"
+        if k is Kind.VERIFIER and c.data.verifier_prompts_per_step:
+            p, prompts = c.data.verifier_prompts_per_step, "data.verifier_prompts_per_step"
+        rows = p * c.role(k).rollout.n
+        what = f"the {k.value}'s batch of {prompts} x {k.value}.rollout.n = {rows} sequences."
+        batches.append((f"{k.value}.trainer", c.role(k).trainer, rows, what))
     for kind in Kind:
         stage, name = c.sft.stage(kind), kind.value
         if stage.enable:
@@ -399,6 +396,19 @@ def _check_data(c: RunConfig) -> None:
     d = c.data
     if d.prompts_per_step < 1:
         _fail("data.prompts_per_step", d.prompts_per_step, "must be >= 1.")
+    if d.verifier_prompts_per_step < 0:
+        _fail(
+            "data.verifier_prompts_per_step",
+            d.verifier_prompts_per_step,
+            "must be >= 0 (0: data.prompts_per_step).",
+        )
+    if d.verifier_prompts_per_step and not d.verifier_stream:
+        _fail(
+            "data.verifier_prompts_per_step",
+            d.verifier_prompts_per_step,
+            "sizes the verifier's own prompt stream: add --config.data.verifier_stream=True, "
+            "or leave it 0 (the shared stream's batches are data.prompts_per_step).",
+        )
     if (d.source is DataSource.CUSTOM) != bool(d.task):
         _fail(
             "data.task",

@@ -54,6 +54,12 @@ class DataConfig:
     # in another order), so that a Tango run's generator updates take exactly the batches of a
     # GRPO run with the same seed (paired studies; run/prompt_streams.py).
     verifier_stream: bool = False
+    # The verifier steps' batch (one solution per prompt, warm-up included), drawn from their own
+    # stream: 0 = data.prompts_per_step. Needs data.verifier_stream=True, since a shared
+    # stream's batches are the generator's. E.g. the paper's verifier recipe on a CPU-sized
+    # Tango run: 32 solutions a verifier update while the generator keeps a GRPO run's 8 prompts
+    # (configs/smollm2_addition.py:tango_recipe).
+    verifier_prompts_per_step: int = 0
     prompt_style: PromptStyle = PromptStyle.FULL  # full (the paper's) | compact (tiny configs)
     arith: ArithConfig = ArithConfig()  # the synthetic and line_chains tasks (data/synthetic.py)
     letters: LetterConfig = LetterConfig()  # the last-letter task (data/last_letter.py)
@@ -74,6 +80,12 @@ class DataConfig:
     # data.source=custom: the task of your own, "module:factory" with factory(data) -> the task
     # (data/tasks.py; a task.GeneratedTask subclass, or any object of the task.Task protocol).
     task: str = ""
+
+    @property
+    def verifier_batch(self) -> int:
+        """Prompts in a verifier step's batch (`verifier_prompts_per_step`, else the shared
+        `prompts_per_step`)."""
+        return self.verifier_prompts_per_step or self.prompts_per_step
 
     @property
     def reward_kind(self) -> RewardKind:

@@ -143,7 +143,9 @@ class TangoLoop:
         stream, eval_problems = load(d, None if host is None else host.data)
         verifier = None
         if d.verifier_stream:
-            own = dataclasses.replace(d, seed=d.seed + VERIFIER_SEED_OFFSET)
+            own = dataclasses.replace(
+                d, seed=d.seed + VERIFIER_SEED_OFFSET, prompts_per_step=d.verifier_batch
+            )
             verifier, _ = load(own, None if host is None else host.verifier_data)
         return PhaseStreams(stream, verifier), eval_problems
 

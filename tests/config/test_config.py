@@ -353,3 +353,27 @@ def test_micro_batches_are_checked_against_the_data_parallel_size():
         r"data-parallel size \(16 = mesh data x fsdp\)",
     ):
         check_micro_batches(cfg, 16)
+
+
+def test_the_verifiers_own_batch_needs_its_own_stream_and_sizes_its_micro_batches():
+    """`data.verifier_prompts_per_step` sizes the verifier steps' batch of their own stream:
+    without data.verifier_stream it is refused, and the verifier's micro-batch must divide
+    its batch (the generator's still divides data.prompts_per_step's)."""
+    _assert_rejected(
+        ("data", "verifier_prompts_per_step"),
+        12,
+        r"config.data.verifier_prompts_per_step \(12\) sizes the verifier's own prompt stream: "
+        r"add --config.data.verifier_stream=True",
+    )
+    _assert_rejected(("data", "verifier_prompts_per_step"), -1, r"must be >= 0")
+    d = _tiny()  # 32 prompts x 4 verifications, micro-batches of 8
+    d["data"]["verifier_stream"], d["data"]["verifier_prompts_per_step"] = True, 3
+    with pytest.raises(
+        ConfigError,
+        match=r"config.verifier.trainer.micro_batch_size \(8\) must divide the verifier's batch "
+        r"of data.verifier_prompts_per_step x verifier.rollout.n = \d+ sequences",
+    ):
+        load_run_config(d)
+    d["data"]["verifier_prompts_per_step"] = 16
+    cfg = load_run_config(d)
+    assert (cfg.data.verifier_batch, cfg.data.prompts_per_step) == (16, 32)

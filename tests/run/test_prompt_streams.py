@@ -71,3 +71,16 @@ def test_the_loop_builds_the_verifier_stream_from_its_own_seed_and_position(tmp_
     shared, _ = TangoLoop(cfg, make_mesh(cfg.mesh))._data(None)  # the default: one stream
     assert shared.verifier is None
     assert shared.for_phase(Phase(Kind.VERIFIER, True)) is shared.generator
+
+
+def test_the_verifiers_own_batch_size_leaves_the_generators_batches_alone(tmp_path):
+    """`data.verifier_prompts_per_step`: the verifier's stream draws batches of that size; the
+    generator's stream is the one a run without it draws."""
+    cfg = short_config(tmp_path / "a", scratch=False)  # 2 prompts a step
+    own = dataclasses.replace(cfg.data, verifier_stream=True)
+    wide = dataclasses.replace(own, verifier_prompts_per_step=4)
+    base, _ = TangoLoop(dataclasses.replace(cfg, data=own), make_mesh(cfg.mesh))._data(None)
+    streams, _ = TangoLoop(dataclasses.replace(cfg, data=wide), make_mesh(cfg.mesh))._data(None)
+    assert len(streams.verifier.next_batch()) == 4
+    assert _ids(streams.generator.next_batch()) == _ids(base.generator.next_batch())
+    assert len(base.verifier.next_batch()) == 2

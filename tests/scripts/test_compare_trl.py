@@ -117,7 +117,10 @@ def test_run_seeds_skips_recorded_runs_and_refuses_an_unknown_trainer(tmp_path):
         capture_output=True,
         text=True,
     )
-    assert bad.returncode == 2 and "unknown trainer verl (tango_jax | trl | tango)" in bad.stderr
+    assert (
+        bad.returncode == 2
+        and "unknown trainer verl (tango_jax | trl | tango | tango_recipe)" in bad.stderr
+    )
     usage = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
     assert usage.returncode == 2 and "usage:" in usage.stderr
 

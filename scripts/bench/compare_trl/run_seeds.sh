@@ -7,6 +7,8 @@
 #   TRAINERS=trl bash scripts/bench/compare_trl/run_seeds.sh 2    # one trainer only
 #   TRAINERS=tango bash scripts/bench/compare_trl/run_seeds.sh 1  # Tango on the same task
 #                         # (configs/smollm2_addition.py:tango); its rollouts recorded too
+#   TRAINERS=tango_recipe bash scripts/bench/compare_trl/run_seeds.sh 1  # Tango with claim 1's
+#                         # verifier recipe, paired with the GRPO runs (configs/smollm2_verifier.py:tango)
 #
 # A seed whose record already exists is skipped, so a stopped study resumes where it left off.
 # Then: python scripts/bench/compare_trl/compare_trl.py --seeds 1,2,3 \
@@ -18,7 +20,7 @@ RECORDS="${RECORDS:-docs/compare_trl/runs}"  # where the records go
 mkdir -p "$RECORDS" runs
 [ "$#" -gt 0 ] || { echo "usage: $0 SEED [SEED ...]" >&2; exit 2; }
 for trainer in ${TRAINERS:-tango_jax trl}; do  # every name checked before anything runs
-  case "$trainer" in tango_jax | trl | tango) ;; *) echo "unknown trainer $trainer (tango_jax | trl | tango)" >&2; exit 2 ;; esac
+  case "$trainer" in tango_jax | trl | tango | tango_recipe) ;; *) echo "unknown trainer $trainer (tango_jax | trl | tango | tango_recipe)" >&2; exit 2 ;; esac
 done
 
 record() {  # record NAME RUN_DIR LOG: the metrics, the config and the log of a finished run
@@ -46,6 +48,11 @@ for seed in "$@"; do
         run_dir="runs/smollm2_addition_tango_s${seed}"
         rm -rf "$run_dir"
         .venv/bin/python -m tango_jax.train --config configs/smollm2_addition.py:tango \
+          --config.seed="$seed" --config.run_dir="$run_dir" > "$log" 2>&1 ;;
+      tango_recipe)
+        run_dir="runs/smollm2_verifier_tango_s${seed}"
+        rm -rf "$run_dir"
+        .venv/bin/python -m tango_jax.train --config configs/smollm2_verifier.py:tango \
           --config.seed="$seed" --config.run_dir="$run_dir" > "$log" 2>&1 ;;
       trl)
         run_dir="runs/trl_smollm2_addition_grpo_s${seed}"
