@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from tango_jax.eval import paired_study as ps
+from tango_jax.run.verifier_probe import ONE_SIDED
 
 # (metric, what the table calls it)
 MEASURES = (
@@ -28,6 +29,8 @@ MEASURES = (
     ("eval/probe/answer_label_informedness", "answer-line label informedness"),
     ("eval/probe/predicted_correct", "verdicts CORRECT"),
 )
+CORRECT_SHARE = MEASURES[2][0]
+GUARD = "verifier/collapse_guard/tripped"
 
 
 def probe_rows(metrics: Path) -> list[dict]:
@@ -62,22 +65,48 @@ def before_after(record: Path) -> tuple[dict, dict]:
     return rows[0], rows[-1]
 
 
+def guard_trips(record: Path) -> list[int]:
+    """The steps at which the run's collapse guard was tripped (`verifier.collapse_guard`)."""
+    rows = [json.loads(line) for line in (record / "metrics.jsonl").read_text().splitlines()]
+    return sorted({r["step"] for r in rows if r.get(GUARD, 0) > 0})
+
+
+def health(records: Path, runs: dict[int, tuple[dict, dict]]) -> list[str]:
+    """One line per seed whose SFT start calls more than `ONE_SIDED` of the probe one class,
+    or whose collapse guard tripped; one line saying neither happened otherwise."""
+    lines = []
+    for s, (before, _) in runs.items():
+        share = before[CORRECT_SHARE]
+        if max(share, 1 - share) > ONE_SIDED:
+            lines.append(f"seed {s}: its start is one-sided (CORRECT on {share:.3f} of the probe)")
+        trips = guard_trips(records / f"rl_s{s}")
+        if trips:
+            lines.append(f"seed {s}: the collapse guard tripped at steps {trips}")
+    return lines or [
+        f"No seed starts one-sided (CORRECT on more than {ONE_SIDED:.0%} or less than "
+        f"{1 - ONE_SIDED:.0%} of the probe) and no seed trips the collapse guard."
+    ]
+
+
 def summary(records: Path, seeds: list[int]) -> str:
-    """The study's markdown table: per seed before → after, then the paired change."""
+    """The study's markdown table: per seed before → after, then the paired change and its
+    p-value; then the seeds whose start is one-sided or whose guard tripped."""
     runs = {s: before_after(records / f"rl_s{s}") for s in seeds}
     head = "| seed | " + " | ".join(name for _, name in MEASURES) + " |"
     lines = [head, "|---" * (len(MEASURES) + 1) + "|"]
     for s, (before, after) in runs.items():
         cells = [f"{before[k]:.3f} → {after[k]:.3f}" for k, _ in MEASURES]
         lines.append(f"| {s} | " + " | ".join(cells) + " |")
-    cells = []
-    for k, _ in MEASURES:
-        c = ps.paired(
+    changes = [
+        ps.paired(
             k, {s: a[k] for s, (_, a) in runs.items()}, {s: b[k] for s, (b, _) in runs.items()}
         )
-        cells.append(f"{c.mean:+.3f} ± {c.half:.3f}")
+        for k, _ in MEASURES
+    ]
+    cells = [f"{c.mean:+.3f} ± {c.half:.3f}" for c in changes]
     lines.append(f"| after − before ({len(seeds)} seeds) | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    lines.append("| p (paired t-test) | " + " | ".join(f"{c.p:.3f}" for c in changes) + " |")
+    return "\n".join([*lines, "", *health(records, runs)])
 
 
 def main(argv: list[str]) -> int:
