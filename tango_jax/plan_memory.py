@@ -150,7 +150,7 @@ def role_plans(cfg: RunConfig, mesh, layers: list[int] | None) -> dict[str, Step
         loss = role.trainer.loss
         bucket = role.response_bucket
         shape = dict(
-            rows=step_prompts(cfg, kind) * role.rollout.n,
+            rows=cfg.step_prompts(kind) * role.rollout.n,
             prompt_len=role.max_prompt_len,
             response_len=-(-role.rollout.max_tokens // bucket) * bucket,
             with_ref=loss.objective is Objective.POLICY_GRADIENT and bool(loss.kl_coef),
@@ -175,19 +175,12 @@ def role_plans(cfg: RunConfig, mesh, layers: list[int] | None) -> dict[str, Step
     return out
 
 
-def step_prompts(cfg: RunConfig, kind) -> int:
-    """Prompts in a training step of the role: the verifier's own batch where it has one."""
-    from tango_jax.tango.kind import Kind
-
-    return cfg.data.verifier_batch if kind is Kind.VERIFIER else cfg.data.prompts_per_step
-
-
 def sampler_rows(cfg: RunConfig, kind, mesh) -> int:
     """Rows of the role's largest generate call: `max_rows`, or a whole step's if fewer."""
     from tango_jax.parallel.buckets import round_up
 
     role, dp = cfg.role(kind), mesh.shape["data"] * mesh.shape["fsdp"]
-    step_rows = step_prompts(cfg, kind) * role.rollout.n
+    step_rows = cfg.step_prompts(kind) * role.rollout.n
     return min(round_up(role.sampler.max_rows, dp), round_up(step_rows, dp))
 
 

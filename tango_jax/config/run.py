@@ -239,6 +239,10 @@ class RunConfig:
     def role(self, role: Kind) -> RoleConfig:
         return self.generator if role is Kind.GENERATOR else self.verifier
 
+    def step_prompts(self, role: Kind) -> int:
+        """Prompts in a training step of the role: the verifier's own batch where it has one."""
+        return self.data.verifier_batch if role is Kind.VERIFIER else self.data.prompts_per_step
+
 
 def _fail(field: str, value: Any, rule: str) -> None:
     raise ConfigError(f"config.{field} ({value!r}) {rule}")
@@ -332,10 +336,9 @@ def check_micro_batches(c: RunConfig, data_parallel: int = 1) -> None:
     size (mesh data x fsdp: checked again by train.py once the devices are known)."""
     batches = []
     for k in trained_roles(c):
-        p, prompts = c.data.prompts_per_step, "data.prompts_per_step"
-        if k is Kind.VERIFIER and c.data.verifier_prompts_per_step:
-            p, prompts = c.data.verifier_prompts_per_step, "data.verifier_prompts_per_step"
-        rows = p * c.role(k).rollout.n
+        own = k is Kind.VERIFIER and c.data.verifier_prompts_per_step
+        prompts = "data.verifier_prompts_per_step" if own else "data.prompts_per_step"
+        rows = c.step_prompts(k) * c.role(k).rollout.n
         what = f"the {k.value}'s batch of {prompts} x {k.value}.rollout.n = {rows} sequences."
         batches.append((f"{k.value}.trainer", c.role(k).trainer, rows, what))
     for kind in Kind:

@@ -58,7 +58,7 @@ class DataConfig:
     # stream: 0 = data.prompts_per_step. Needs data.verifier_stream=True, since a shared
     # stream's batches are the generator's. E.g. the paper's verifier recipe on a CPU-sized
     # Tango run: 32 solutions a verifier update while the generator keeps a GRPO run's 8 prompts
-    # (configs/smollm2_addition.py:tango_recipe).
+    # (configs/smollm2_verifier.py:tango).
     verifier_prompts_per_step: int = 0
     prompt_style: PromptStyle = PromptStyle.FULL  # full (the paper's) | compact (tiny configs)
     arith: ArithConfig = ArithConfig()  # the synthetic and line_chains tasks (data/synthetic.py)
