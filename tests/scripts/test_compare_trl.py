@@ -136,12 +136,14 @@ def test_tango_against_grpo_pairs_evaluations_by_generator_updates_and_scores_la
     step 2; the answer step's labels give informedness by hand."""
     tango_addition = load_script("bench/compare_trl", "tango_addition")
     acc = "eval/generator/sampled_accuracy"
-    for seed, late in ((1, 0.6), (2, 0.7)):
+    probe = "eval/probe/balanced_accuracy"
+    for seed, late, (start, end) in ((1, 0.6, (0.6, 0.8)), (2, 0.7, (0.5, 0.6))):
         _metrics(tmp_path / f"tango_s{seed}", [
-            {"step": 0, acc: 0.3, "eval/verifier/verdict_accuracy": 0.5},
+            {"step": 0, acc: 0.3, "eval/verifier/verdict_accuracy": 0.5, probe: start},
             {"step": 1, "schedule/generator_updates": 0},
-            {"step": 2, "schedule/generator_updates": 1},
-            {"step": 3, "schedule/generator_updates": 2, acc: late},
+            {"step": 2, "schedule/generator_updates": 1,
+             "verifier/collapse_guard/tripped": seed == 2},
+            {"step": 3, "schedule/generator_updates": 2, acc: late, probe: end},
         ])  # fmt: skip
         _metrics(tmp_path / f"grpo_s{seed}", [
             {"step": 0, acc: 0.3}, {"step": 1, "schedule/generator_updates": 1},
@@ -176,3 +178,11 @@ def test_tango_against_grpo_pairs_evaluations_by_generator_updates_and_scores_la
     assert window["verifications"] == 5 and window["aligned"] == pytest.approx(3 / 5)
     assert window["right_share"] == pytest.approx(1 / 3)
     assert window["informedness"] == pytest.approx(1 + 1 / 2 - 1)
+    # the probe: last - first per seed 0.2 and 0.1; the guard tripped on seed 2's step 2 only
+    change = summary["probe_change"][probe]
+    assert change["difference"] == pytest.approx(0.15)
+    assert summary["verifier_eval"][probe]["1"] == {"0": 0.6, "2": 0.8}
+    assert summary["guard_trips"] == {"1": [], "2": [2]}
+    # a seed's informedness is the mean of its windows' (one here), equal in both seeds
+    assert summary["rollout_informedness"]["per_seed"] == pytest.approx({"1": 0.5, "2": 0.5})
+    assert summary["rollout_informedness"]["mean"] == pytest.approx(0.5)

@@ -10,8 +10,13 @@ rollout log (RUN/rollouts/, every generator rollout with the verifier's judgment
   - held-out accuracy (sampled at T = 1 and greedy) at each evaluation, by generator updates
     (Tango's evaluations fall between its verifier updates), both arms, and Tango - GRPO paired
     by seed with its 95% t-interval; and the area under each seed's sampled-accuracy curve;
-  - the verifier's greedy verdicts on the held-out solutions at each evaluation;
-  - its step labels on the rollouts of each window of generator updates: the share of
+  - the verifier's greedy verdicts on the held-out solutions at each evaluation and, where the
+    run judges the balanced probe of held-out replies (configs/smollm2_verifier.py), its balanced
+    accuracy, CORRECT share and answer-label informedness there, with the change from the first
+    evaluation to the last paired by seed; and the verifier updates on which the collapse guard
+    tripped;
+  - its step labels on the rollouts of each window of generator updates (and a seed's mean over
+    its windows, with the mean over seeds and its 95% t-interval): the share of
     verifications whose judgments match the reply's lines (the ones that become step rewards),
     and, of those, the label of the answer step (the line that holds the reply's last integer,
     which the reward reads) against whether the reply is right: informedness = the share of
@@ -37,6 +42,12 @@ RUNS = {
 }
 EVALS = ("eval/generator/sampled_accuracy", "eval/generator/accuracy")
 VERDICTS = ("eval/verifier/verdict_accuracy", "eval/verifier/f1_incorrect")
+PROBE = (  # the balanced probe of held-out replies, where the run judges it
+    "eval/probe/balanced_accuracy",
+    "eval/probe/predicted_correct",
+    "eval/probe/answer_label_informedness",
+)
+GUARD = "verifier/collapse_guard/tripped"
 UPDATES = "schedule/generator_updates"
 
 
@@ -73,6 +84,24 @@ def accuracy(tango: dict[int, list[dict]], grpo: dict[int, list[dict]], name: st
     c = paired(f"{name} AUC", auc(a), auc(b))
     return {"evaluations": rows, "auc": {"difference": c.mean, "half": c.half, "p": c.p,
                                          "per_seed": list(c.diffs)}}  # fmt: skip
+
+
+def probe_change(tango: dict[int, list[dict]]) -> dict:
+    """Per probe metric that every run logs: the first and the last evaluation's value per seed,
+    and last - first paired by seed (mean, 95% t-half-width, p)."""
+    from tango_jax.eval.paired_study import paired
+
+    out = {}
+    for name in PROBE:
+        curves = {seed: by_updates(rows, name) for seed, rows in tango.items()}
+        if not curves or not all(curves.values()):
+            continue
+        first = {s: c[min(c)] for s, c in curves.items()}
+        last = {s: c[max(c)] for s, c in curves.items()}
+        c = paired(name, last, first)
+        out[name] = {"first": first, "last": last, "difference": c.mean, "half": c.half,
+                     "p": c.p}  # fmt: skip
+    return out
 
 
 def answer_step(solution: str) -> int | None:
@@ -136,8 +165,30 @@ def main(argv=None) -> int:
     summary["verifier_eval"] = {
         name: {seed: by_updates(rows, name) for seed, rows in tango.items()} for name in VERDICTS
     }
+    summary["verifier_eval"] |= {
+        name: {seed: by_updates(rows, name) for seed, rows in tango.items()}
+        for name in PROBE
+        if any(name in r for rows in tango.values() for r in rows)
+    }
+    summary["probe_change"] = probe_change(tango)
+    summary["guard_trips"] = {  # the steps on which the collapse guard tripped, per seed
+        seed: [r["step"] for r in rows if r.get(GUARD)] for seed, rows in tango.items()
+    }
     labels = {s: rollout_labels(ROOT / args.tango.format(seed=s), args.window) for s in seeds}
     summary["rollout_labels"] = labels
+    # a seed's informedness: the mean over its windows, not one score of all its rollouts, which
+    # would credit labels that follow the share of right replies as it rises over the run
+    informed = {
+        s: float(np.mean(js))
+        for s, windows in labels.items()
+        if (js := [w["informedness"] for w in windows if "informedness" in w])
+    }
+    if informed:
+        from tango_jax.eval.paired_study import paired
+
+        c = paired("informedness", informed, dict.fromkeys(informed, 0.0))
+        summary["rollout_informedness"] = {"per_seed": informed, "mean": c.mean, "half": c.half,
+                                           "p": c.p}  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "tango_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 
@@ -152,6 +203,15 @@ def main(argv=None) -> int:
     print("\nthe verifier's greedy verdict accuracy on the held-out solutions, per seed:")
     for seed, curve in summary["verifier_eval"][VERDICTS[0]].items():
         print(f"  seed {seed}: " + ", ".join(f"{t}: {v:.3f}" for t, v in curve.items()))
+    for name in (n for n in PROBE if n in summary["verifier_eval"]):
+        print(f"\n{name}, per seed:")
+        for seed, curve in summary["verifier_eval"][name].items():
+            print(f"  seed {seed}: " + ", ".join(f"{t}: {v:.3f}" for t, v in curve.items()))
+        if name in summary["probe_change"]:
+            c = summary["probe_change"][name]
+            print(f"  last - first: {c['difference']:+.3f} ± {c['half']:.3f} (p {c['p']:.2f})")
+    trips = {s: t for s, t in summary["guard_trips"].items() if t}
+    print(f"\ncollapse guard tripped: {trips or 'never'}")
     print("\nstep labels on the rollouts (answer step against the reply's truth), per seed:")
     for seed, windows in labels.items():
         for w in windows:
@@ -159,6 +219,11 @@ def main(argv=None) -> int:
             print(f"  seed {seed}, updates {w['updates'][0]}-{w['updates'][1]}: aligned "
                   f"{w['aligned']:.2f}, right share {w.get('right_share', float('nan')):.2f}, "
                   f"informedness {'-' if j is None else f'{j:.2f}'}")  # fmt: skip
+    if "rollout_informedness" in summary:
+        c = summary["rollout_informedness"]
+        print("  informedness, mean of a seed's windows: "
+              + ", ".join(f"seed {s} {v:+.2f}" for s, v in c["per_seed"].items())
+              + f"; over seeds {c['mean']:+.3f} ± {c['half']:.3f} (p {c['p']:.2f})")  # fmt: skip
     print(f"wrote {args.out}/tango_summary.json")
     return 0
 
