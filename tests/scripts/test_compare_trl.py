@@ -93,9 +93,10 @@ def test_trl_arguments_follow_the_tango_jax_config(tmp_path, variant):
         trl_grpo.load_config("configs/smollm2_addition.py:tango", seed=0, steps=None)
 
 
-def test_run_seeds_skips_recorded_runs_and_refuses_an_unknown_trainer(tmp_path):
+def test_run_seeds_skips_recorded_runs_and_refuses_an_unknown_trainer_or_allocator(tmp_path):
     """scripts/bench/compare_trl/run_seeds.sh: a seed whose record exists is not run again (a
-    stopped study resumes), and an unknown trainer is named before anything runs."""
+    stopped study resumes), and an unknown trainer or a missing allocator is named before
+    anything runs."""
     import subprocess
     from pathlib import Path
 
@@ -123,6 +124,14 @@ def test_run_seeds_skips_recorded_runs_and_refuses_an_unknown_trainer(tmp_path):
     )
     usage = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
     assert usage.returncode == 2 and "usage:" in usage.stderr
+    # an allocator named but not there is refused before anything runs (seed 7, recorded: a
+    # script without the check exits 0 here instead of starting a run)
+    missing = subprocess.run(["bash", str(script), "7"], env={**env, "JEMALLOC": "/nope.so"},
+                             capture_output=True, text=True)  # fmt: skip
+    assert missing.returncode == 2 and missing.stdout == ""
+    assert missing.stderr.startswith(
+        "JEMALLOC=/nope.so: no such file; apt-get install libjemalloc2"
+    )
 
 
 def _metrics(path, rows) -> None:

@@ -11,6 +11,13 @@
 #                         # verifier recipe, paired with the GRPO runs (configs/smollm2_verifier.py:tango)
 #
 # A seed whose record already exists is skipped, so a stopped study resumes where it left off.
+# A run stopped half-way starts again from nothing (its step times would not compare), unless
+# RESUME=1: then it resumes from its last checkpoint (exact: docs/cluster.md), its log appended.
+#
+# Memory: with glibc's malloc a long SmolLM2 Tango run's resident set creeps up (~1.3 GB per
+# verifier update of configs/smollm2_verifier.py:tango, past 24 GiB by its fifth); jemalloc keeps
+# it flat at the same speed (docs/real_model.md). So every run preloads JEMALLOC, by default
+# Debian's libjemalloc2 where it is installed (apt-get install libjemalloc2); JEMALLOC= keeps glibc.
 # Then: python scripts/bench/compare_trl/compare_trl.py --seeds 1,2,3 \
 #   --ours 'docs/compare_trl/runs/tango_jax_s{seed}' --trl 'docs/compare_trl/runs/trl_s{seed}'
 set -uo pipefail
@@ -22,6 +29,14 @@ mkdir -p "$RECORDS" runs
 for trainer in ${TRAINERS:-tango_jax trl}; do  # every name checked before anything runs
   case "$trainer" in tango_jax | trl | tango | tango_recipe) ;; *) echo "unknown trainer $trainer (tango_jax | trl | tango | tango_recipe)" >&2; exit 2 ;; esac
 done
+if [ -z "${JEMALLOC+set}" ]; then  # unset: Debian's, where installed
+  JEMALLOC=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
+  [ -f "$JEMALLOC" ] || JEMALLOC=""
+elif [ -n "$JEMALLOC" ] && [ ! -f "$JEMALLOC" ]; then
+  echo "JEMALLOC=$JEMALLOC: no such file; apt-get install libjemalloc2, or JEMALLOC= for glibc's malloc" >&2
+  exit 2
+fi
+if [ -n "$JEMALLOC" ]; then export LD_PRELOAD="$JEMALLOC${LD_PRELOAD:+:$LD_PRELOAD}"; fi
 
 record() {  # record NAME RUN_DIR LOG: the metrics, the config and the log of a finished run
   local out="$RECORDS/$1"
@@ -38,27 +53,35 @@ for seed in "$@"; do
     name="${trainer}_s${seed}"
     [ -f "$RECORDS/$name/metrics.jsonl" ] && { echo "$name: recorded already"; continue; }
     log="runs/$name.log"  # the record takes it when the run ends
+    fresh() {  # a stopped run starts again, or with RESUME=1 goes on from its checkpoint
+      if [ "${RESUME:-0}" = 1 ] && [ -d "$1/checkpoints" ]; then
+        echo "=== resumed $(date -u +%FT%T), allocator ${JEMALLOC:-glibc malloc} ===" >> "$log"
+      else
+        rm -rf "$1"
+        echo "=== started $(date -u +%FT%T), allocator ${JEMALLOC:-glibc malloc} ===" > "$log"
+      fi
+    }
     case "$trainer" in
       tango_jax)
         run_dir="runs/smollm2_addition_grpo_s${seed}"
-        rm -rf "$run_dir"  # a run stopped half-way starts again: its steps are not comparable
+        fresh "$run_dir"
         .venv/bin/python -m tango_jax.train --config "$CONFIG" --config.seed="$seed" \
-          --config.run_dir="$run_dir" > "$log" 2>&1 ;;
+          --config.run_dir="$run_dir" >> "$log" 2>&1 ;;
       tango)
         run_dir="runs/smollm2_addition_tango_s${seed}"
-        rm -rf "$run_dir"
+        fresh "$run_dir"
         .venv/bin/python -m tango_jax.train --config configs/smollm2_addition.py:tango \
-          --config.seed="$seed" --config.run_dir="$run_dir" > "$log" 2>&1 ;;
+          --config.seed="$seed" --config.run_dir="$run_dir" >> "$log" 2>&1 ;;
       tango_recipe)
         run_dir="runs/smollm2_verifier_tango_s${seed}"
-        rm -rf "$run_dir"
+        fresh "$run_dir"
         .venv/bin/python -m tango_jax.train --config configs/smollm2_verifier.py:tango \
-          --config.seed="$seed" --config.run_dir="$run_dir" > "$log" 2>&1 ;;
+          --config.seed="$seed" --config.run_dir="$run_dir" >> "$log" 2>&1 ;;
       trl)
         run_dir="runs/trl_smollm2_addition_grpo_s${seed}"
-        rm -rf "$run_dir"
+        fresh "$run_dir"
         .venv/bin/python scripts/bench/compare_trl/trl_grpo.py --config "$CONFIG" --seed "$seed" \
-          --run_dir "$run_dir" > "$log" 2>&1 ;;
+          --run_dir "$run_dir" >> "$log" 2>&1 ;;
     esac
     rc=$?
     if [ "$rc" -ne 0 ]; then echo "$name failed (exit $rc): see $log" >&2; exit "$rc"; fi
