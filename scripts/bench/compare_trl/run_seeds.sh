@@ -48,41 +48,33 @@ record() {  # record NAME RUN_DIR LOG: the metrics, the config and the log of a 
   echo "recorded $out"
 }
 
+fresh() {  # fresh RUN_DIR LOG: a stopped run starts again, or with RESUME=1 goes on from its checkpoint
+  if [ "${RESUME:-0}" = 1 ] && [ -d "$1/checkpoints" ]; then
+    echo "=== resumed $(date -u +%FT%T), allocator ${JEMALLOC:-glibc malloc} ===" >> "$2"
+  else
+    rm -rf "$1"
+    echo "=== started $(date -u +%FT%T), allocator ${JEMALLOC:-glibc malloc} ===" > "$2"
+  fi
+}
+
 for seed in "$@"; do
   for trainer in ${TRAINERS:-tango_jax trl}; do
     name="${trainer}_s${seed}"
     [ -f "$RECORDS/$name/metrics.jsonl" ] && { echo "$name: recorded already"; continue; }
     log="runs/$name.log"  # the record takes it when the run ends
-    fresh() {  # a stopped run starts again, or with RESUME=1 goes on from its checkpoint
-      if [ "${RESUME:-0}" = 1 ] && [ -d "$1/checkpoints" ]; then
-        echo "=== resumed $(date -u +%FT%T), allocator ${JEMALLOC:-glibc malloc} ===" >> "$log"
-      else
-        rm -rf "$1"
-        echo "=== started $(date -u +%FT%T), allocator ${JEMALLOC:-glibc malloc} ===" > "$log"
-      fi
-    }
-    case "$trainer" in
-      tango_jax)
-        run_dir="runs/smollm2_addition_grpo_s${seed}"
-        fresh "$run_dir"
-        .venv/bin/python -m tango_jax.train --config "$CONFIG" --config.seed="$seed" \
-          --config.run_dir="$run_dir" >> "$log" 2>&1 ;;
-      tango)
-        run_dir="runs/smollm2_addition_tango_s${seed}"
-        fresh "$run_dir"
-        .venv/bin/python -m tango_jax.train --config configs/smollm2_addition.py:tango \
-          --config.seed="$seed" --config.run_dir="$run_dir" >> "$log" 2>&1 ;;
-      tango_recipe)
-        run_dir="runs/smollm2_verifier_tango_s${seed}"
-        fresh "$run_dir"
-        .venv/bin/python -m tango_jax.train --config configs/smollm2_verifier.py:tango \
-          --config.seed="$seed" --config.run_dir="$run_dir" >> "$log" 2>&1 ;;
-      trl)
-        run_dir="runs/trl_smollm2_addition_grpo_s${seed}"
-        fresh "$run_dir"
-        .venv/bin/python scripts/bench/compare_trl/trl_grpo.py --config "$CONFIG" --seed "$seed" \
-          --run_dir "$run_dir" >> "$log" 2>&1 ;;
+    case "$trainer" in  # the run's directory, and the config of a tango_jax run
+      tango_jax) run_dir="runs/smollm2_addition_grpo_s${seed}" config="$CONFIG" ;;
+      tango) run_dir="runs/smollm2_addition_tango_s${seed}" config=configs/smollm2_addition.py:tango ;;
+      tango_recipe) run_dir="runs/smollm2_verifier_tango_s${seed}" config=configs/smollm2_verifier.py:tango ;;
+      trl) run_dir="runs/trl_smollm2_addition_grpo_s${seed}" ;;
     esac
+    if [ "$trainer" = trl ]; then
+      cmd=(.venv/bin/python scripts/bench/compare_trl/trl_grpo.py --config "$CONFIG" --seed "$seed" --run_dir "$run_dir")
+    else
+      cmd=(.venv/bin/python -m tango_jax.train --config "$config" --config.seed="$seed" --config.run_dir="$run_dir")
+    fi
+    fresh "$run_dir" "$log"
+    "${cmd[@]}" >> "$log" 2>&1
     rc=$?
     if [ "$rc" -ne 0 ]; then echo "$name failed (exit $rc): see $log" >&2; exit "$rc"; fi
     record "$name" "$run_dir" "$log" && rm -f "$log"
